@@ -1,0 +1,42 @@
+//! `keel`: measure a disk's durable-write cost, check that it keeps its
+//! promises, and use a Keel store by hand.
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+mod bench;
+mod util;
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "keel",
+    version,
+    about = "Durable storage toolkit: how fast can this disk make a commit durable, does it keep \
+             acknowledged writes, and a journal/store that commits at that floor"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Benchmarks of durable-write methods and of Keel itself.
+    #[command(subcommand)]
+    Bench(bench::BenchCommand),
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Bench(cmd) => bench::run(cmd),
+    };
+    match result {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}

@@ -1,0 +1,8 @@
+//! Keel: an embedded transactional key-value store whose write-ahead journal
+//! makes a commit durable at the disk's physical floor, and the I/O layer
+//! that Keel's durability toolkit measures disks with.
+//!
+//! * [`io`] — every file operation, with a real and a fault-injecting
+//!   implementation.
+
+pub mod io;
