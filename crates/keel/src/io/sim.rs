@@ -72,6 +72,14 @@ pub enum OpKind {
     Any,
 }
 
+/// The operation a crash point stopped: what, on which file, where.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CrashOp {
+    pub op: &'static str,
+    pub path: PathBuf,
+    pub offset: Option<u64>,
+}
+
 /// Counts of what the layer has seen, for tests that report coverage.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct SimStats {
@@ -166,6 +174,9 @@ struct State {
     misdirect_probability: f64,
     block_size: usize,
     stats: SimStats,
+    /// The operation the crash point stopped, for tests that classify crash
+    /// points.
+    crash_op: Option<CrashOp>,
 }
 
 /// The fault-injecting file system. Cheap to share: `Arc<SimVfs>`.
@@ -195,6 +206,7 @@ impl SimVfs {
             misdirect_probability: 0.0,
             block_size: SECTOR_BYTES,
             stats: SimStats::default(),
+            crash_op: None,
         };
         Arc::new(SimVfs {
             state: Arc::new(Mutex::new(state)),
@@ -247,12 +259,19 @@ impl SimVfs {
     /// After `n` more mutating operations, go down: the next one (and every
     /// later one) fails with [`IoError::Crashed`] until [`SimVfs::crash`].
     pub fn crash_after_ops(&self, n: u64) {
-        self.lock_state().crash_after = Some(n);
+        let mut st = self.lock_state();
+        st.crash_after = Some(n);
+        st.crash_op = None;
     }
 
     /// Whether a crash point has been reached and the layer is down.
     pub fn is_down(&self) -> bool {
         self.lock_state().down
+    }
+
+    /// The operation (name, path) that the last crash point stopped.
+    pub fn crash_op(&self) -> Option<CrashOp> {
+        self.lock_state().crash_op.clone()
     }
 
     /// Mutating operations performed so far (the crash-point clock).
@@ -344,6 +363,11 @@ impl State {
         if let Some(n) = self.crash_after {
             if n == 0 {
                 self.down = true;
+                self.crash_op = Some(CrashOp {
+                    op,
+                    path: path.to_path_buf(),
+                    offset: None,
+                });
                 return Err(IoError::Crashed);
             }
             self.crash_after = Some(n - 1);
@@ -749,10 +773,13 @@ impl SimFile {
     }
 
     /// One write: counted, fault-checked, crash-point aware.
-    fn do_write(&self, buf: &[u8], offset: u64, durable: bool) -> Result<()> {
+    fn do_write(&self, op: &'static str, buf: &[u8], offset: u64, durable: bool) -> Result<()> {
         let mut st = self.state()?;
         let crash_now = st.crash_after == Some(0);
-        if let Err(e) = st.begin(OpKind::Write, "write", &self.path) {
+        if let Err(e) = st.begin(OpKind::Write, op, &self.path) {
+            if let Some(c) = st.crash_op.as_mut().filter(|_| crash_now) {
+                c.offset = Some(offset);
+            }
             // A write hit by the crash point may have partly reached the
             // disk: leave it pending so the power cut keeps, drops or tears it.
             if crash_now && st.rng.random_bool(0.5) {
@@ -788,7 +815,7 @@ impl VfsFile for SimFile {
 
     fn write_at(&self, buf: &[u8], offset: u64) -> Result<()> {
         self.check(buf.as_ptr() as usize, buf.len(), offset)?;
-        self.do_write(buf, offset, false)
+        self.do_write("write", buf, offset, false)
     }
 
     fn write_vectored_at(&self, bufs: &[IoSlice<'_>], offset: u64) -> Result<()> {
@@ -799,12 +826,12 @@ impl VfsFile for SimFile {
         }
         // One system call, one operation: join the pieces.
         let joined: Vec<u8> = bufs.iter().flat_map(|b| b.iter().copied()).collect();
-        self.do_write(&joined, offset, false)
+        self.do_write("write", &joined, offset, false)
     }
 
     fn write_dsync_at(&self, buf: &[u8], offset: u64) -> Result<()> {
         self.check(buf.as_ptr() as usize, buf.len(), offset)?;
-        self.do_write(buf, offset, true)
+        self.do_write("write", buf, offset, true)
     }
 
     fn allocate(&self, offset: u64, len: u64) -> Result<()> {
@@ -821,7 +848,7 @@ impl VfsFile for SimFile {
 
     fn zero_fill(&self, offset: u64, len: u64) -> Result<()> {
         let zeros = vec![0u8; len as usize];
-        self.do_write(&zeros, offset, false)
+        self.do_write("zero-fill", &zeros, offset, false)
     }
 
     fn set_len(&self, len: u64) -> Result<()> {

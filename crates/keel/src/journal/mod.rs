@@ -267,6 +267,11 @@ impl Journal {
 
     /// Durably discard every record after `lsn` (waits for queued records to
     /// be written first). The next record gets `lsn + 1`.
+    ///
+    /// Not atomic across a crash: if the process or the machine stops
+    /// inside it, recovery returns every record up to `lsn` and possibly a
+    /// prefix of the discarded ones (zeros are written from the end
+    /// backwards); call it again after reopening.
     pub fn truncate_after(&self, lsn: Lsn) -> Result<(), JournalError> {
         writer::truncate_after(&self.shared, lsn)
     }
@@ -305,6 +310,10 @@ pub struct JournalStats {
     pub bytes_written: u64,
     pub rollovers: u64,
     pub rollover_waits: u64,
+    /// Spare segments made from released files (rename + new header).
+    pub segments_recycled: u64,
+    /// Spare segments made as new zero-filled files.
+    pub segments_created: u64,
 }
 
 impl Drop for Journal {

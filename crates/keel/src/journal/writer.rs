@@ -263,7 +263,7 @@ pub(super) fn submit(shared: &Arc<Shared>, payload: &[u8]) -> Result<CommitHandl
     if let Some(e) = &st.poisoned {
         return Err(JournalError::Poisoned(e.clone()));
     }
-    if st.pos + need > shared.spec.segment_size {
+    while st.pos + need > shared.spec.segment_size {
         st = roll_over(shared, st)?;
     }
     let block = shared.spec.block_size;
@@ -367,17 +367,30 @@ fn roll_over<'a>(
     shared: &'a Shared,
     mut st: MutexGuard<'a, State>,
 ) -> Result<MutexGuard<'a, State>, JournalError> {
-    seal_open_batch(&mut st, shared.spec.block_size);
+    let from_seq = st.active.seq;
     if st.spares.is_empty() {
         st.stats.rollover_waits += 1;
     }
-    while st.spares.is_empty() {
+    // The lock is released while waiting: look at the poisoning and at the
+    // active segment again after every wake-up.
+    loop {
         if let Some(e) = &st.poisoned {
             return Err(JournalError::Poisoned(e.clone()));
+        }
+        if st.active.seq != from_seq {
+            // Another committer rolled over while we waited; the caller
+            // checks again whether the record fits.
+            return Ok(st);
+        }
+        if !st.spares.is_empty() {
+            break;
         }
         shared.spare_cv.notify_all();
         st = shared.spare_cv.wait(st).unwrap_or_else(|p| p.into_inner());
     }
+    // Records queued while we waited belong to the old segment: close their
+    // batch so that nothing for the new segment joins it.
+    seal_open_batch(&mut st, shared.spec.block_size);
     let next = st.spares.pop_front().expect("spare");
     debug_assert_eq!(next.seq, st.active.seq + 1);
     st.segments.push(SegMeta {
@@ -476,11 +489,15 @@ fn lead<'a>(
             let start = batch.len / block * block;
             st.tail = batch.buf[start..batch.len].to_vec();
         }
+        if let Some(e) = st.poisoned.clone() {
+            // Poisoned elsewhere (segment preparation): write nothing more.
+            return Err(poison(shared, st, batch, e));
+        }
         drop(st);
         let result = write_batch(shared, &mut batch);
         st = shared.lock();
         if let Err(e) = result {
-            return Err(poison(shared, st, batch, e));
+            return Err(poison(shared, st, batch, Arc::new(e)));
         }
         st.stats.writes += 1;
         st.stats.records += batch.records;
@@ -546,15 +563,28 @@ fn write_batch(shared: &Shared, batch: &mut Batch) -> Result<(), IoError> {
 /// later call fail. Returns the error for the leader.
 fn poison(
     shared: &Shared,
-    mut st: MutexGuard<'_, State>,
+    st: MutexGuard<'_, State>,
     failed: Batch,
-    e: IoError,
+    e: Arc<IoError>,
 ) -> JournalError {
-    let e = Arc::new(e);
-    st.poisoned.get_or_insert_with(|| e.clone());
+    let extra: Vec<Thread> = failed.candidate.into_iter().collect();
+    JournalError::Poisoned(poison_all(shared, st, e, extra))
+}
+
+/// Poison the journal and wake every thread that waits on it: committers
+/// (slot sleepers and parked candidates), committers waiting for a spare,
+/// and the callback thread. Every path that poisons goes through here, so
+/// no waiter can be left asleep behind a candidate that gave up.
+fn poison_all(
+    shared: &Shared,
+    mut st: MutexGuard<'_, State>,
+    e: Arc<IoError>,
+    mut threads: Vec<Thread>,
+) -> Arc<IoError> {
+    let e = st.poisoned.get_or_insert(e).clone();
     shared.poisoned.store(true, Ordering::Release);
     st.writing = false;
-    let mut threads: Vec<Thread> = failed.candidate.into_iter().collect();
+    st.handoff_to = None;
     threads.extend(st.queue.drain(..).filter_map(|b| b.candidate));
     drop(st);
     for slot in &shared.slots {
@@ -566,7 +596,7 @@ fn poison(
     }
     shared.spare_cv.notify_all();
     shared.flusher_cv.notify_all();
-    JournalError::Poisoned(e)
+    e
 }
 
 /// The callback thread: drives batches nobody waits on and runs callbacks.
@@ -615,20 +645,25 @@ pub(super) fn preparer_loop(shared: Arc<Shared>) {
             .prepare(shared.vfs.as_ref(), seq, old.as_deref());
         let mut st = shared.lock();
         match result {
-            Ok(seg) => st.spares.push_back(seg),
+            Ok(seg) => {
+                if old.is_some() {
+                    st.stats.segments_recycled += 1;
+                } else {
+                    st.stats.segments_created += 1;
+                }
+                st.spares.push_back(seg);
+                drop(st);
+                shared.spare_cv.notify_all();
+            }
+            // A failed preparation may have left a half-made file; the
+            // journal cannot roll over, so stop it like a failed write.
             Err(JournalError::Io(e)) => {
-                // A failed preparation may have left a half-made file; the
-                // journal cannot roll over, so stop it like a failed write.
-                st.poisoned.get_or_insert(e);
-                shared.poisoned.store(true, Ordering::Release);
+                poison_all(&shared, st, e, Vec::new());
             }
             Err(_) => {
-                st.poisoned.get_or_insert(Arc::new(IoError::Crashed));
-                shared.poisoned.store(true, Ordering::Release);
+                poison_all(&shared, st, Arc::new(IoError::Crashed), Vec::new());
             }
         }
-        drop(st);
-        shared.spare_cv.notify_all();
     }
 }
 
@@ -713,12 +748,14 @@ pub(super) fn truncate_after(shared: &Shared, lsn: Lsn) -> Result<(), JournalErr
     let cut_block = cut / block as u64 * block as u64;
     let tail = bytes[cut_block as usize..cut as usize].to_vec();
     // Zero from the cut to the end of what was written, in this segment and
-    // every later one, in order: once the first zero write is durable the
-    // journal ends at `lsn` whatever happens next.
+    // every later one — backwards, from the last block written to the cut.
+    // A crash part-way then leaves an intact prefix of the old chain followed
+    // only by zeros: never a stale record beyond a zeroed gap, where a later
+    // epoch's appends could run into it and take it as their continuation.
     let result = (|| -> Result<(), JournalError> {
         let active_pos = st.pos;
         let later: Vec<SegMeta> = st.segments[idx..].to_vec();
-        for (i, seg) in later.iter().enumerate() {
+        for (i, seg) in later.iter().enumerate().rev() {
             let file = if seg.seq == st.active.seq {
                 Arc::clone(&st.active.file)
             } else {
@@ -742,22 +779,37 @@ pub(super) fn truncate_after(shared: &Shared, lsn: Lsn) -> Result<(), JournalErr
         Ok(())
     })();
     if let Err(JournalError::Io(e)) = &result {
-        let e = e.clone();
-        st.poisoned.get_or_insert(e.clone());
-        shared.poisoned.store(true, Ordering::Release);
+        let e = poison_all(shared, st, e.clone(), Vec::new());
         return Err(JournalError::Poisoned(e));
     }
     result?;
-    // Later segments become spares again (their headers are intact).
-    let removed: Vec<SegMeta> = st.segments.drain(idx + 1..).collect();
-    let mut spares: VecDeque<ReadySegment> = VecDeque::new();
-    for seg in &removed {
-        if seg.seq == st.active.seq {
-            spares.push_back(st.active.clone());
-        } else {
-            spares.push_back(shared.spec.open(shared.vfs.as_ref(), seg.seq)?);
+    // Later segments become spares again (their headers are intact). Open
+    // every file before changing any state, so a failure leaves the journal
+    // poisoned but consistent.
+    let reopened = (|| -> Result<(VecDeque<ReadySegment>, ReadySegment), JournalError> {
+        let mut spares = VecDeque::new();
+        for seg in &st.segments[idx + 1..] {
+            if seg.seq == st.active.seq {
+                spares.push_back(st.active.clone());
+            } else {
+                spares.push_back(shared.spec.open(shared.vfs.as_ref(), seg.seq)?);
+            }
         }
-    }
+        Ok((spares, shared.spec.open(shared.vfs.as_ref(), seq)?))
+    })();
+    let (mut spares, active) = match reopened {
+        Ok(r) => r,
+        Err(JournalError::Io(e)) => {
+            return Err(JournalError::Poisoned(poison_all(
+                shared,
+                st,
+                e,
+                Vec::new(),
+            )));
+        }
+        Err(e) => return Err(e),
+    };
+    st.segments.truncate(idx + 1);
     spares.extend(st.spares.drain(..));
     st.spares = spares;
     let target = &mut st.segments[idx];
@@ -769,7 +821,6 @@ pub(super) fn truncate_after(shared: &Shared, lsn: Lsn) -> Result<(), JournalErr
     if target.last_lsn.is_none() {
         target.first_lsn = None;
     }
-    let active = shared.spec.open(shared.vfs.as_ref(), seq)?;
     st.active = active;
     st.pos = cut;
     st.tail = tail;
@@ -780,7 +831,8 @@ pub(super) fn truncate_after(shared: &Shared, lsn: Lsn) -> Result<(), JournalErr
     Ok(())
 }
 
-/// Durably write `prefix` then zeros over `[start, end)` of `file`.
+/// Durably write `prefix` then zeros over `[start, end)` of `file`, in
+/// chunks from the end backwards (the chunk holding `prefix` last).
 fn zero_durably(
     shared: &Shared,
     file: &dyn VfsFile,
@@ -789,19 +841,17 @@ fn zero_durably(
     prefix: &[u8],
 ) -> Result<(), JournalError> {
     let block = shared.spec.block_size;
-    let chunk_len = (1usize << 20).max(block);
-    let mut buf = AlignedBuf::new(chunk_len, block);
-    let mut off = start;
-    let mut first = true;
-    while off < end {
-        let n = ((end - off) as usize).min(chunk_len);
+    let chunk_len = (1u64 << 20).max(block as u64);
+    let mut buf = AlignedBuf::new(chunk_len as usize, block);
+    let chunks = (end.saturating_sub(start)).div_ceil(chunk_len);
+    for k in (0..chunks).rev() {
+        let off = start + k * chunk_len;
+        let n = (end - off).min(chunk_len) as usize;
         buf[..n].fill(0);
-        if first {
+        if k == 0 {
             buf[..prefix.len()].copy_from_slice(prefix);
-            first = false;
         }
         shared.spec.method.write_durably(file, &buf[..n], off)?;
-        off += n as u64;
     }
     Ok(())
 }

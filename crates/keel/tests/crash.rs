@@ -1,0 +1,381 @@
+//! Randomized, chained crash tests of the journal on the fault-injecting
+//! file layer.
+//!
+//! Each seed runs several rounds: open (recover) → check → append from
+//! several threads (with rollovers, releases, truncations) while a crash
+//! point waits somewhere in the sequence of file operations → crash (power
+//! loss or process) → next round. Every recovery must return exactly a
+//! gap-free prefix of the append order holding every acknowledged record,
+//! byte for byte, and nothing that was never appended.
+//!
+//! `KEEL_CRASH_SEEDS=N` runs N seeds (default: the CI amount);
+//! `KEEL_CRASH_SEED=S` replays one seed; a failure prints the seed.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+use keel::io::{CrashMode, SimVfs, Vfs, WriteMethod};
+use keel::journal::{Journal, JournalError, JournalOptions, Lsn};
+use rand::rngs::SmallRng;
+use rand::{Rng, SeedableRng};
+
+const ROUNDS_PER_SEED: usize = 8;
+const CI_SEEDS: u64 = 3200;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+enum Phase {
+    Append,
+    Rollover,
+    Recycle,
+    Recovery,
+    Truncate,
+    EndOfRound,
+}
+
+#[derive(Default)]
+struct Model {
+    /// Records known durable (recovered at the last open).
+    durable: BTreeMap<Lsn, Vec<u8>>,
+    /// Acknowledged this round.
+    acked: BTreeMap<Lsn, Vec<u8>>,
+    /// Submitted this round (acknowledged or not), by LSN.
+    submitted: BTreeMap<Lsn, Vec<u8>>,
+    /// Records ≤ this may be gone (released).
+    released: Lsn,
+    /// Every record ever recovered, minus truncated ones: a released
+    /// segment not yet recycled may legitimately come back at recovery.
+    history: BTreeMap<Lsn, Vec<u8>>,
+    /// A truncation that may or may not have happened (crashed inside).
+    truncate_in_doubt: Option<Lsn>,
+}
+
+fn options(seed: u64) -> JournalOptions {
+    JournalOptions {
+        segment_size_bytes: 64 << 10,
+        block_size_bytes: 4096,
+        max_write_bytes: 16 << 10,
+        method: Some(if seed % 3 == 0 {
+            WriteMethod::Fdatasync
+        } else {
+            WriteMethod::OdirectDsync
+        }),
+        ..JournalOptions::default()
+    }
+}
+
+fn payload(rng: &mut SmallRng, max: usize) -> Vec<u8> {
+    let len = match rng.random_range(0..10) {
+        0..=6 => rng.random_range(1..200),
+        7 | 8 => rng.random_range(200..6000),
+        _ => rng.random_range(6000..=max),
+    };
+    let mut v = vec![0u8; len];
+    rng.fill(&mut v[..]);
+    v
+}
+
+/// Check a recovered journal against the model; on success the recovered
+/// records become the new durable truth.
+fn verify(j: &Journal, m: &mut Model) -> Result<(), String> {
+    let recovered: Vec<(Lsn, Vec<u8>)> = j
+        .read_from(0)
+        .map_err(|e| e.to_string())?
+        .collect::<Result<_, _>>()
+        .map_err(|e| e.to_string())?;
+    for w in recovered.windows(2) {
+        if w[1].0 != w[0].0 + 1 {
+            return Err(format!("gap in recovered LSNs: {} then {}", w[0].0, w[1].0));
+        }
+    }
+    let got: BTreeMap<Lsn, Vec<u8>> = recovered.into_iter().collect();
+    if std::env::var_os("KEEL_CRASH_VERBOSE").is_some() {
+        eprintln!(
+            "recovered {:?}..={:?} (next {}); model: durable {:?}..={:?}, acked {:?}..={:?}, submitted {:?}..={:?}, released {}, truncate in doubt {:?}",
+            got.keys().next(), got.keys().last(), j.next_lsn(),
+            m.durable.keys().next(), m.durable.keys().last(),
+            m.acked.keys().next(), m.acked.keys().last(),
+            m.submitted.keys().next(), m.submitted.keys().last(),
+            m.released, m.truncate_in_doubt
+        );
+    }
+    let cut = m.truncate_in_doubt.unwrap_or(Lsn::MAX);
+    for (lsn, p) in m.durable.iter().chain(m.acked.iter()) {
+        if *lsn <= m.released {
+            continue;
+        }
+        match got.get(lsn) {
+            Some(g) if g == p => {}
+            Some(_) => {
+                return Err(format!(
+                    "lsn {lsn}: recovered bytes differ from the acknowledged ones"
+                ))
+            }
+            None if *lsn > cut => {}
+            None => return Err(format!("acknowledged lsn {lsn} lost")),
+        }
+    }
+    for (lsn, g) in &got {
+        let expected = m
+            .acked
+            .get(lsn)
+            .or_else(|| m.submitted.get(lsn))
+            .or_else(|| m.durable.get(lsn))
+            .or_else(|| m.history.get(lsn).filter(|_| *lsn <= m.released));
+        match expected {
+            Some(p) if p == g => {}
+            Some(_) => {
+                return Err(format!(
+                    "lsn {lsn}: recovered record is not the one appended"
+                ))
+            }
+            None => {
+                return Err(format!(
+                    "lsn {lsn}: recovered a record that was never appended (released up to {})",
+                    m.released
+                ))
+            }
+        }
+    }
+    if let (Some(first), true) = (got.keys().next(), m.durable.keys().any(|&l| l > m.released)) {
+        if *first > m.released + 1 {
+            return Err(format!(
+                "journal starts at {first} but only {} was released",
+                m.released
+            ));
+        }
+    }
+    let expected_next = got.keys().last().map_or(1, |l| l + 1);
+    if j.next_lsn() != expected_next {
+        return Err(format!(
+            "next lsn {} but recovered records end at {}",
+            j.next_lsn(),
+            expected_next - 1
+        ));
+    }
+    if let Some(cut) = m.truncate_in_doubt {
+        if got.keys().last().is_none_or(|&l| l <= cut) {
+            m.history.retain(|&l, _| l <= cut);
+        }
+    }
+    m.history.extend(got.iter().map(|(l, p)| (*l, p.clone())));
+    m.durable = got;
+    m.acked.clear();
+    m.submitted.clear();
+    m.truncate_in_doubt = None;
+    Ok(())
+}
+
+fn classify(sim: &SimVfs, truncating: bool) -> Phase {
+    if truncating {
+        return Phase::Truncate;
+    }
+    match sim.crash_op() {
+        Some(c) if c.op == "rename" => Phase::Recycle,
+        Some(c) if matches!(c.op, "create" | "zero-fill" | "fsync directory" | "remove") => {
+            Phase::Rollover
+        }
+        Some(c) if c.op == "write" && c.offset == Some(0) => Phase::Rollover,
+        _ => Phase::Append,
+    }
+}
+
+/// Append from `threads` threads until each did `per_thread` records or
+/// hit an error; returns the acknowledged records.
+fn append_concurrently(
+    j: &Arc<Journal>,
+    seed: u64,
+    round: usize,
+    threads: usize,
+    per_thread: usize,
+    m: &mut Model,
+) {
+    let max = j.options().max_record_bytes();
+    let submitted = Arc::new(Mutex::new(Vec::new()));
+    let acked = Arc::new(Mutex::new(Vec::new()));
+    let handles: Vec<_> = (0..threads)
+        .map(|t| {
+            let (j, submitted, acked) = (Arc::clone(j), Arc::clone(&submitted), Arc::clone(&acked));
+            std::thread::spawn(move || {
+                let mut rng = SmallRng::seed_from_u64(
+                    seed ^ ((round as u64) << 32) ^ ((t as u64 + 1) * 7919),
+                );
+                for _ in 0..per_thread {
+                    let p = payload(&mut rng, max);
+                    let Ok(h) = j.submit(&p) else { return };
+                    submitted.lock().unwrap().push((h.lsn(), p.clone()));
+                    match h.wait() {
+                        Ok(lsn) => acked.lock().unwrap().push((lsn, p)),
+                        Err(_) => return,
+                    }
+                }
+            })
+        })
+        .collect();
+    for h in handles {
+        h.join().expect("appender thread");
+    }
+    m.submitted.extend(submitted.lock().unwrap().drain(..));
+    m.acked.extend(acked.lock().unwrap().drain(..));
+}
+
+fn run_round(
+    sim: &Arc<SimVfs>,
+    dir: &Path,
+    seed: u64,
+    round: usize,
+    rng: &mut SmallRng,
+    m: &mut Model,
+    counts: &mut BTreeMap<Phase, u64>,
+) -> Result<(), String> {
+    let opts = options(seed);
+    let crash_in_open = rng.random_bool(0.15);
+    if crash_in_open {
+        sim.crash_after_ops(rng.random_range(0..15));
+    }
+    let mode = if rng.random_bool(0.3) {
+        CrashMode::Process
+    } else {
+        CrashMode::PowerLoss
+    };
+    let j = match Journal::open(sim.clone(), dir, opts) {
+        Ok(j) => Arc::new(j),
+        Err(_) if sim.is_down() => {
+            *counts.entry(Phase::Recovery).or_default() += 1;
+            sim.crash(mode);
+            return Ok(());
+        }
+        Err(e) => return Err(format!("open failed without a crash: {e}")),
+    };
+    sim.crash_after_ops(u64::MAX);
+    verify(&j, m)?;
+    sim.crash_after_ops(rng.random_range(0..160));
+    let mut truncating = false;
+    if rng.random_bool(0.2) {
+        // A single-threaded round with a truncation in the middle.
+        append_concurrently(&j, seed, round, 1, rng.random_range(1..20), m);
+        let first = m
+            .durable
+            .keys()
+            .next()
+            .copied()
+            .unwrap_or(1)
+            .max(m.released + 1);
+        let last = j.durable_lsn();
+        if last >= first && !sim.is_down() {
+            let lsn = rng.random_range(first - 1..=last);
+            truncating = true;
+            m.truncate_in_doubt = Some(lsn);
+            if std::env::var_os("KEEL_CRASH_VERBOSE").is_some() {
+                eprintln!("truncate_after({lsn}), durable {last}");
+            }
+            match j.truncate_after(lsn) {
+                Ok(()) => {
+                    truncating = false;
+                    m.durable.retain(|&l, _| l <= lsn);
+                    m.acked.retain(|&l, _| l <= lsn);
+                    m.submitted.retain(|&l, _| l <= lsn);
+                    m.history.retain(|&l, _| l <= lsn);
+                    m.truncate_in_doubt = None;
+                }
+                Err(JournalError::Poisoned(_)) | Err(JournalError::Io(_)) if sim.is_down() => {}
+                Err(e) => return Err(format!("truncate_after({lsn}) failed without a crash: {e}")),
+            }
+        }
+        if !truncating {
+            append_concurrently(&j, seed, round + 100, 1, rng.random_range(1..20), m);
+        }
+    } else {
+        let threads = rng.random_range(1..=4);
+        append_concurrently(&j, seed, round, threads, rng.random_range(1..40), m);
+        if rng.random_bool(0.4) && !sim.is_down() {
+            let upto = rng.random_range(0..=j.durable_lsn());
+            j.release(upto);
+            m.released = m.released.max(upto);
+            append_concurrently(&j, seed, round + 200, threads, rng.random_range(1..20), m);
+        }
+    }
+    let phase = if sim.is_down() {
+        classify(sim, truncating)
+    } else {
+        Phase::EndOfRound
+    };
+    *counts.entry(phase).or_default() += 1;
+    drop(j);
+    sim.crash(mode);
+    Ok(())
+}
+
+fn run_seed(seed: u64, counts: &mut BTreeMap<Phase, u64>) -> Result<(), String> {
+    let sim = SimVfs::new(seed);
+    let dir = PathBuf::from("/journal");
+    sim.create_dir_all(&dir).unwrap();
+    let mut rng = SmallRng::seed_from_u64(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15));
+    let mut m = Model::default();
+    for round in 0..ROUNDS_PER_SEED {
+        run_round(&sim, &dir, seed, round, &mut rng, &mut m, counts)
+            .map_err(|e| format!("seed {seed} round {round}: {e}"))?;
+    }
+    // Final recovery check.
+    let j = Journal::open(sim.clone(), &dir, options(seed))
+        .map_err(|e| format!("seed {seed}: final open: {e}"))?;
+    verify(&j, &mut m).map_err(|e| format!("seed {seed} final: {e}"))
+}
+
+#[test]
+fn randomized_chained_crashes_recover_a_prefix_with_every_ack() {
+    let seeds: Vec<u64> = match std::env::var("KEEL_CRASH_SEED") {
+        Ok(s) => vec![s.parse().expect("KEEL_CRASH_SEED is a number")],
+        Err(_) => {
+            let n = std::env::var("KEEL_CRASH_SEEDS")
+                .ok()
+                .and_then(|s| s.parse().ok())
+                .unwrap_or(CI_SEEDS);
+            (0..n).collect()
+        }
+    };
+    let mut counts = BTreeMap::new();
+    let mut failures = Vec::new();
+    for &seed in &seeds {
+        if let Err(e) = run_seed(seed, &mut counts) {
+            eprintln!(
+                "FAILED: {e}  (replay: KEEL_CRASH_SEED={seed} cargo test --release --test crash)"
+            );
+            failures.push(e);
+            if failures.len() >= 5 {
+                break;
+            }
+        }
+    }
+    let total: u64 = counts
+        .iter()
+        .filter(|(p, _)| **p != Phase::EndOfRound)
+        .map(|(_, n)| n)
+        .sum();
+    println!("crash points covered per phase over {} seeds:", seeds.len());
+    for (phase, n) in &counts {
+        println!("  {phase:?}: {n}");
+    }
+    println!("  total crash points (excluding end-of-round crashes): {total}");
+    assert!(
+        failures.is_empty(),
+        "{} seeds failed; first: {}",
+        failures.len(),
+        failures[0]
+    );
+    if seeds.len() as u64 >= CI_SEEDS {
+        assert!(total >= 10_000, "only {total} crash points covered");
+        for phase in [
+            Phase::Append,
+            Phase::Rollover,
+            Phase::Recycle,
+            Phase::Recovery,
+            Phase::Truncate,
+        ] {
+            assert!(
+                counts.get(&phase).copied().unwrap_or(0) > 0,
+                "no crash point in phase {phase:?}"
+            );
+        }
+    }
+}
