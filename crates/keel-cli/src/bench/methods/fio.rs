@@ -12,7 +12,7 @@ use serde::Serialize;
 
 use super::run::prepare_file;
 use super::{Outcome, Plan, RunSpec};
-use crate::bench::report::BenchFile;
+use crate::bench::report::{BenchFile, Machine};
 
 /// The fio job equivalent to a method (with `--rw=write --bs=<size>`), or
 /// `None` when fio has no equivalent.
@@ -76,7 +76,7 @@ fn median(values: &[Option<f64>]) -> Option<f64> {
 pub fn compare(
     vfs: &dyn Vfs,
     plan: &Plan,
-    volatile_cache: bool,
+    machine: &Machine,
 ) -> anyhow::Result<(Vec<Outcome>, Vec<Comparison>)> {
     check_fio_installed()?;
     if plan.splits != [1] {
@@ -96,7 +96,7 @@ pub fn compare(
             if !keel_first {
                 fio_result = Some(run_fio(vfs, plan, spec));
             }
-            let outcome = Outcome::run(vfs, plan, spec, Some(round + 1), volatile_cache);
+            let outcome = Outcome::run(vfs, plan, spec, Some(round + 1), machine);
             if keel_first {
                 fio_result = Some(run_fio(vfs, plan, spec));
             }

@@ -83,18 +83,17 @@ pub fn run(args: MethodsArgs) -> anyhow::Result<ExitCode> {
     let vfs = RealVfs;
     plan.check_dir(&vfs)?;
     let machine = Machine::for_path(&plan.dir);
-    let volatile_cache = machine.volatile_cache();
     if !plan.json {
         println!("{}", plan.describe());
         println!("machine: {}\n", machine.describe());
     }
     let (outcomes, comparisons) = if plan.vs_fio {
-        fio::compare(&vfs, &plan, volatile_cache)?
+        fio::compare(&vfs, &plan, &machine)?
     } else {
         let outcomes = plan
             .runs()
             .iter()
-            .map(|spec| Outcome::run(&vfs as &dyn Vfs, &plan, spec, None, volatile_cache))
+            .map(|spec| Outcome::run(&vfs as &dyn Vfs, &plan, spec, None, &machine))
             .collect();
         (outcomes, Vec::new())
     };

@@ -9,7 +9,7 @@ use keel::io::{Vfs, WriteMethod};
 use serde::Serialize;
 
 use super::MethodsArgs;
-use crate::util::{ensure_dir, format_size};
+use crate::util::{ensure_dir, format_size, format_size_approx};
 
 /// The original experiment: a 1 GiB journal, 65,536 commits of 16 KiB.
 const DEFAULT_FILE_SIZE_BYTES: u64 = 1 << 30;
@@ -238,7 +238,7 @@ impl Plan {
                  --file-size or another --dir",
                 self.dir.display(),
                 format_size(needed.unwrap_or(0)),
-                format_size(available)
+                format_size_approx(available)
             );
         }
         Ok(())

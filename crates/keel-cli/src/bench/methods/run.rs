@@ -9,7 +9,7 @@ use keel::io::{AlignedBuf, IoError, OpenMode, OpenOptions, SyncKind, Vfs, VfsFil
 use rand::RngCore;
 
 use super::{Plan, Prealloc, RunSpec};
-use crate::bench::report::{progress, BenchFile, LatencyRecorder, RunFigures};
+use crate::bench::report::{progress, BenchFile, LatencyRecorder, Machine, RunFigures};
 
 /// Commit payloads are taken from a random pool this much larger than one
 /// commit, each at a different 4 KiB-aligned start, so that consecutive
@@ -29,7 +29,8 @@ pub struct Measured {
 #[derive(Clone, Debug)]
 pub struct Outcome {
     pub spec: RunSpec,
-    /// Whether the method's writes are durable on this device.
+    /// Whether the method's writes are durable on this device and file
+    /// system ([`Machine::durable`]).
     pub durable: bool,
     /// The `--vs-fio` round this run belongs to.
     pub round: Option<u32>,
@@ -44,7 +45,7 @@ impl Outcome {
         plan: &Plan,
         spec: &RunSpec,
         round: Option<u32>,
-        volatile_cache: bool,
+        machine: &Machine,
     ) -> Outcome {
         let result = run_one(vfs, &plan.dir, spec, plan.json).map_err(|e| {
             let message = format!("{e:#}");
@@ -53,7 +54,7 @@ impl Outcome {
         });
         Outcome {
             spec: *spec,
-            durable: spec.method.is_durable(volatile_cache),
+            durable: machine.durable(spec.method),
             round,
             result,
         }

@@ -57,11 +57,25 @@ impl Machine {
         }
     }
 
-    /// Whether the device reports a volatile write cache.
+    /// Whether a write the device acknowledged may still sit in a volatile
+    /// cache. An unknown cache mode counts as volatile: durability is only
+    /// claimed where the kernel says the cache is write-through.
     pub fn volatile_cache(&self) -> bool {
         self.write_cache
             .as_deref()
-            .is_some_and(|c| c.contains("back"))
+            .is_none_or(|c| c.contains("back"))
+    }
+
+    /// Whether the file system keeps data across a power cut at all: tmpfs
+    /// and ramfs live in memory, so nothing written there is ever durable,
+    /// whatever the write method.
+    pub fn persistent(&self) -> bool {
+        !matches!(self.filesystem.as_deref(), Some("tmpfs" | "ramfs"))
+    }
+
+    /// Whether `method`'s writes are durable when they return, here.
+    pub fn durable(&self, method: keel::io::WriteMethod) -> bool {
+        self.persistent() && method.is_durable(self.volatile_cache())
     }
 
     /// One line for the top of a text report.
@@ -112,12 +126,18 @@ mod tests {
     }
 
     #[test]
-    fn volatile_cache_from_sysfs_words() {
+    fn durability_needs_a_known_cache_and_a_persistent_fs() {
+        use keel::io::WriteMethod;
         let mut m = Machine::from_device(DeviceInfo::default());
-        assert!(!m.volatile_cache());
+        assert!(m.volatile_cache(), "unknown counts as volatile");
+        assert!(!m.durable(WriteMethod::Odirect));
         m.write_cache = Some("write back".into());
         assert!(m.volatile_cache());
         m.write_cache = Some("write through".into());
         assert!(!m.volatile_cache());
+        assert!(m.durable(WriteMethod::Odirect) && m.durable(WriteMethod::Fdatasync));
+        assert!(!m.durable(WriteMethod::Buffered));
+        m.filesystem = Some("tmpfs".into());
+        assert!(!m.durable(WriteMethod::Fdatasync));
     }
 }
