@@ -48,9 +48,21 @@ impl Comparison {
         median(&self.fio_commits_per_s)
     }
 
-    /// Keel's median commits/s over fio's.
+    /// Keel's commits/s over fio's in each round where both ran.
+    pub fn round_ratios(&self) -> Vec<Option<f64>> {
+        self.keel_commits_per_s
+            .iter()
+            .zip(&self.fio_commits_per_s)
+            .map(|(k, f)| Some((*k)? / (*f)?))
+            .collect()
+    }
+
+    /// The median of the per-round ratios. Each round's two runs are
+    /// adjacent in time, so their ratio cancels the drift of a shared
+    /// machine (±20 % between runs here) that a ratio of the two medians
+    /// would keep.
     pub fn ratio(&self) -> Option<f64> {
-        Some(self.keel_median()? / self.fio_median()?)
+        median(&self.round_ratios())
     }
 }
 
@@ -224,6 +236,21 @@ mod tests {
         assert_eq!(median(&[Some(3.0), None, Some(1.0), Some(2.0)]), Some(2.0));
         assert_eq!(median(&[Some(4.0), Some(2.0)]), Some(3.0));
         assert_eq!(median(&[None]), None);
+    }
+
+    #[test]
+    fn ratio_pairs_rounds() {
+        let c = Comparison {
+            method: "fdatasync",
+            prealloc: "fallocate",
+            fio_flags: String::new(),
+            keel_commits_per_s: vec![Some(100.0), Some(50.0), None, Some(300.0)],
+            fio_commits_per_s: vec![Some(100.0), Some(40.0), Some(9.0), Some(200.0)],
+            errors: Vec::new(),
+        };
+        assert_eq!(c.round_ratios(), [Some(1.0), Some(1.25), None, Some(1.5)]);
+        assert_eq!(c.ratio(), Some(1.25));
+        assert_eq!(c.keel_median(), Some(100.0));
     }
 
     #[test]

@@ -80,6 +80,7 @@ pub fn json(
                 let mut v = serde_json::to_value(c).expect("serialisable");
                 v["keel_median_commits_per_s"] = json!(c.keel_median());
                 v["fio_median_commits_per_s"] = json!(c.fio_median());
+                v["round_ratios"] = json!(c.round_ratios());
                 v["ratio"] = json!(c.ratio());
                 v
             })
@@ -104,7 +105,9 @@ pub fn text(outcomes: &[Outcome], comparisons: &[Comparison]) -> String {
         out.push_str(&errors.concat());
     }
     if !comparisons.is_empty() {
-        out.push_str("\nKeel vs fio (commits/s, median of the rounds):\n\n");
+        out.push_str(
+            "\nKeel vs fio, commits/s (keel/fio = median of the per-round ratios):\n\n",
+        );
         out.push_str(&fio_table(comparisons).render());
     }
     out
@@ -173,21 +176,17 @@ fn fio_table(comparisons: &[Comparison]) -> Table {
         ("method", Align::Left),
         ("prealloc", Align::Left),
         ("fio job", Align::Left),
-        ("keel", Align::Right),
-        ("fio", Align::Right),
+        ("keel median", Align::Right),
+        ("fio median", Align::Right),
         ("keel/fio", Align::Right),
-        ("per round keel/fio", Align::Left),
+        ("keel/fio per round", Align::Left),
     ]);
     let cell = |v: Option<f64>, decimals| v.map_or("error".to_string(), |v| number(v, decimals));
     for c in comparisons {
         let per_round: Vec<String> = c
-            .keel_commits_per_s
+            .round_ratios()
             .iter()
-            .zip(&c.fio_commits_per_s)
-            .map(|(k, f)| match (k, f) {
-                (Some(k), Some(f)) => format!("{:.3}", k / f),
-                _ => "error".to_string(),
-            })
+            .map(|r| r.map_or("error".to_string(), |r| format!("{r:.3}")))
             .collect();
         table.push(vec![
             c.method.to_string(),
