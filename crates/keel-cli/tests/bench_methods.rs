@@ -43,7 +43,7 @@ fn quick_json_lists_every_method_with_figures() {
         assert!(f("total_ms") > 0.0 && f("commits_per_s") > 0.0 && f("mb_per_s") > 0.0);
         assert!((f("ms_per_write") * 16.0 - f("total_ms")).abs() < 1e-6);
         assert!(f("p50_us") <= f("p99_us") && f("p99_us") <= f("p999_us"));
-        assert!(f("p999_us") <= f("max_us") * 1.001, "{r}");
+        assert!(f("p999_us") <= f("max_us"), "{r}");
     }
     let durable = |m: &str| results.iter().find(|r| r["method"] == m).unwrap()["durable"].clone();
     assert_eq!(durable("buffered"), false);

@@ -51,6 +51,28 @@ impl<'a> From<&'a Outcome> for ResultJson<'a> {
     }
 }
 
+/// The whole JSON report; fields print in this order.
+#[derive(Serialize)]
+struct ReportJson<'a> {
+    bench: &'static str,
+    config: ConfigJson<'a>,
+    machine: &'a Machine,
+    results: Vec<ResultJson<'a>>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    vs_fio: Vec<serde_json::Value>,
+}
+
+#[derive(Serialize)]
+struct ConfigJson<'a> {
+    dir: &'a Path,
+    file_size: u64,
+    size: u64,
+    count: u64,
+    prealloc: Vec<&'static str>,
+    writes_per_commit: &'a [u32],
+    quick: bool,
+}
+
 /// The whole report as one JSON object (one line).
 pub fn json(
     plan: &Plan,
@@ -58,36 +80,31 @@ pub fn json(
     outcomes: &[Outcome],
     comparisons: &[Comparison],
 ) -> String {
-    let results: Vec<ResultJson<'_>> = outcomes.iter().map(ResultJson::from).collect();
-    let mut report = json!({
-        "bench": "methods",
-        "config": {
-            "dir": plan.dir,
-            "file_size": plan.file_size_bytes,
-            "size": plan.size_bytes,
-            "count": plan.count,
-            "prealloc": plan.preallocs.iter().map(|p| p.name()).collect::<Vec<_>>(),
-            "writes_per_commit": plan.splits,
-            "quick": plan.quick,
+    let report = ReportJson {
+        bench: "methods",
+        config: ConfigJson {
+            dir: &plan.dir,
+            file_size: plan.file_size_bytes,
+            size: plan.size_bytes,
+            count: plan.count,
+            prealloc: plan.preallocs.iter().map(|p| p.name()).collect(),
+            writes_per_commit: &plan.splits,
+            quick: plan.quick,
         },
-        "machine": machine,
-        "results": results,
-    });
-    if !comparisons.is_empty() {
-        let vs: Vec<_> = comparisons
-            .iter()
-            .map(|c| {
-                let mut v = serde_json::to_value(c).expect("serialisable");
-                v["keel_median_commits_per_s"] = json!(c.keel_median());
-                v["fio_median_commits_per_s"] = json!(c.fio_median());
-                v["round_ratios"] = json!(c.round_ratios());
-                v["ratio"] = json!(c.ratio());
-                v
-            })
-            .collect();
-        report["vs_fio"] = json!(vs);
-    }
-    report.to_string()
+        machine,
+        results: outcomes.iter().map(ResultJson::from).collect(),
+        vs_fio: comparisons.iter().map(comparison_json).collect(),
+    };
+    serde_json::to_string(&report).expect("the report serialises")
+}
+
+fn comparison_json(c: &Comparison) -> serde_json::Value {
+    let mut v = serde_json::to_value(c).expect("serialisable");
+    v["keel_median_commits_per_s"] = json!(c.keel_median());
+    v["fio_median_commits_per_s"] = json!(c.fio_median());
+    v["round_ratios"] = json!(c.round_ratios());
+    v["ratio"] = json!(c.ratio());
+    v
 }
 
 /// The text report: the results table, the errors, the fio comparison.
@@ -105,9 +122,7 @@ pub fn text(outcomes: &[Outcome], comparisons: &[Comparison]) -> String {
         out.push_str(&errors.concat());
     }
     if !comparisons.is_empty() {
-        out.push_str(
-            "\nKeel vs fio, commits/s (keel/fio = median of the per-round ratios):\n\n",
-        );
+        out.push_str("\nKeel vs fio, commits/s (keel/fio = median of the per-round ratios):\n\n");
         out.push_str(&fio_table(comparisons).render());
     }
     out

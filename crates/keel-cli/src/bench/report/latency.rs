@@ -58,9 +58,11 @@ impl LatencyRecorder {
         self.len() == 0
     }
 
-    /// The latency at `quantile` (0.0..=1.0), in microseconds.
+    /// The latency at `quantile` (0.0..=1.0), in microseconds. The
+    /// histogram answers the top of a bucket, which can lie above the
+    /// slowest operation recorded; no percentile is reported above it.
     pub fn quantile_us(&self, quantile: f64) -> f64 {
-        self.hist.value_at_quantile(quantile) as f64 / 1_000.0
+        self.hist.value_at_quantile(quantile).min(self.max_ns) as f64 / 1_000.0
     }
 
     /// The standard summary: p50, p99, p99.9, max and mean.
@@ -119,6 +121,9 @@ mod tests {
         assert!((s.p50_us - 501.0).abs() < 1.0, "{s:?}");
         assert!((s.p99_us - 990.0).abs() < 2.0, "{s:?}");
         assert!(s.p99_us <= s.p999_us && s.p999_us <= s.max_us);
+        let mut one = LatencyRecorder::new();
+        one.record(Duration::from_nanos(1_212_479));
+        assert_eq!(one.summary().p99_us, one.summary().max_us);
         assert_eq!(s.max_us, 123_456.789);
     }
 

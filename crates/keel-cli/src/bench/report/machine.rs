@@ -13,6 +13,8 @@ pub struct Machine {
     /// File system type (`ext4`, `xfs`, `tmpfs`…).
     pub filesystem: Option<String>,
     pub mount_point: Option<PathBuf>,
+    /// Per-mount and file-system options together, as `findmnt` shows them
+    /// (`rw,relatime,discard,…`).
     pub mount_options: Option<String>,
     /// The mounted device (`/dev/vda`).
     pub device: Option<String>,
@@ -43,7 +45,7 @@ impl Machine {
         Machine {
             filesystem: d.fs_type,
             mount_point: d.mount_point,
-            mount_options: d.mount_options,
+            mount_options: merge_options(d.mount_options, d.super_options),
             device: d.device,
             disk: d.disk,
             rotational: d.rotational,
@@ -103,6 +105,19 @@ impl Machine {
     }
 }
 
+/// Per-mount options, then the file-system options not already listed.
+fn merge_options(mount: Option<String>, fs: Option<String>) -> Option<String> {
+    let mut merged: Vec<String> = Vec::new();
+    for list in [mount, fs].into_iter().flatten() {
+        for opt in list.split(',').filter(|o| !o.is_empty()) {
+            if !merged.iter().any(|m| m == opt) {
+                merged.push(opt.to_string());
+            }
+        }
+    }
+    (!merged.is_empty()).then(|| merged.join(","))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -123,6 +138,13 @@ mod tests {
             assert!(json.get(key).is_some(), "{key} missing from {json}");
         }
         assert!(m.describe().contains("write cache"));
+    }
+
+    #[test]
+    fn options_merge_like_findmnt() {
+        let merged = merge_options(Some("rw,relatime".into()), Some("rw,discard".into()));
+        assert_eq!(merged.as_deref(), Some("rw,relatime,discard"));
+        assert_eq!(merge_options(None, None), None);
     }
 
     #[test]

@@ -56,7 +56,7 @@ pub fn percentile_svg(path: &Path, title: &str, series: &[Series<'_>]) -> anyhow
         .draw()
         .map_err(plot_err)?;
     for (i, (s, points)) in drawn.iter().enumerate() {
-        let color = Palette99::pick(i).to_rgba();
+        let color = series_color(i);
         chart
             .draw_series(LineSeries::new(
                 points.iter().copied(),
@@ -76,6 +76,28 @@ pub fn percentile_svg(path: &Path, title: &str, series: &[Series<'_>]) -> anyhow
     root.present()
         .map_err(plot_err)
         .with_context(|| format!("writing {}", path.display()))
+}
+
+/// Ten colours that stay apart from each other (matplotlib's `tab10`);
+/// plotters' own palette puts similar yellows at positions 2 and 8.
+const DISTINCT_COLORS: [(u8, u8, u8); 10] = [
+    (0x1f, 0x77, 0xb4),
+    (0xff, 0x7f, 0x0e),
+    (0x2c, 0xa0, 0x2c),
+    (0xd6, 0x27, 0x28),
+    (0x94, 0x67, 0xbd),
+    (0x8c, 0x56, 0x4b),
+    (0xe3, 0x77, 0xc2),
+    (0x7f, 0x7f, 0x7f),
+    (0xbc, 0xbd, 0x22),
+    (0x17, 0xbe, 0xcf),
+];
+
+fn series_color(i: usize) -> RGBAColor {
+    match DISTINCT_COLORS.get(i) {
+        Some(&(r, g, b)) => RGBColor(r, g, b).to_rgba(),
+        None => Palette99::pick(i).to_rgba(),
+    }
 }
 
 /// `(log10(1 / (1 - q)), latency_us)`: 90 % → 1, 99 % → 2, 99.9 % → 3. The
