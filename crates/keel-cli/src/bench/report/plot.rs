@@ -42,6 +42,7 @@ pub fn percentile_svg(path: &Path, title: &str, series: &[Series<'_>]) -> anyhow
     let mut chart = ChartBuilder::on(&root)
         .caption(title, ("sans-serif", 20))
         .margin(16)
+        .margin_right(48)
         .x_label_area_size(44)
         .y_label_area_size(70)
         .build_cartesian_2d(0.0..max_x, y_range.log_scale())
