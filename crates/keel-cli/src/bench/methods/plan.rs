@@ -299,3 +299,83 @@ fn choose_methods(args: &MethodsArgs) -> Vec<WriteMethod> {
         WriteMethod::ALL.to_vec()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        args: MethodsArgs,
+    }
+
+    fn plan(args: &[&str]) -> anyhow::Result<Plan> {
+        let cli = Cli::try_parse_from(std::iter::once("methods").chain(args.iter().copied()))?;
+        Plan::resolve(&cli.args)
+    }
+
+    #[test]
+    fn defaults_are_the_original_experiment() {
+        let p = plan(&[]).unwrap();
+        assert_eq!(
+            (p.file_size_bytes, p.size_bytes, p.count),
+            (1 << 30, 16384, 65536)
+        );
+        assert_eq!(p.preallocs, [Prealloc::Fallocate]);
+        assert_eq!(p.methods, WriteMethod::ALL);
+        let q = plan(&["--quick", "--count", "100"]).unwrap();
+        assert_eq!((q.file_size_bytes, q.count), (32 << 20, 100));
+    }
+
+    #[test]
+    fn runs_go_method_by_method() {
+        let p = plan(&["--methods", "odsync,fsync,odsync", "--prealloc", "both"]).unwrap();
+        let runs: Vec<(WriteMethod, Prealloc)> =
+            p.runs().iter().map(|r| (r.method, r.prealloc)).collect();
+        assert_eq!(
+            runs,
+            [
+                (WriteMethod::Odsync, Prealloc::Fallocate),
+                (WriteMethod::Odsync, Prealloc::Zerofill),
+                (WriteMethod::Fsync, Prealloc::Fallocate),
+                (WriteMethod::Fsync, Prealloc::Zerofill),
+            ]
+        );
+    }
+
+    #[test]
+    fn split_and_fio_choose_their_methods() {
+        let s = plan(&["--split"]).unwrap();
+        assert_eq!(s.methods, [WriteMethod::Odsync]);
+        assert_eq!(s.runs().len(), 5);
+        assert_eq!(s.runs()[4].write_size_bytes(), 1024);
+        assert_eq!(s.runs()[4].label(), "odsync/fallocate (16 × 1 KiB)");
+        let f = plan(&["--vs-fio"]).unwrap();
+        assert_eq!(
+            f.methods,
+            [
+                WriteMethod::Fdatasync,
+                WriteMethod::Odsync,
+                WriteMethod::OdirectDsync
+            ]
+        );
+    }
+
+    #[test]
+    fn bad_combinations_are_refused() {
+        for args in [
+            &["--size", "0"][..],
+            &["--count", "0"],
+            &["--size", "2G"],
+            &["--count", "3", "--size", "1M", "--file-size", "2M"],
+            &["--writes-per-commit", "5"],
+            &["--vs-fio", "--methods", "odirect"],
+        ] {
+            assert!(plan(args).is_err(), "{args:?}");
+        }
+        let none = plan(&["--prealloc", "none", "--count", "4"]).unwrap();
+        assert_eq!(none.runs()[0].space_needed_bytes(), 4 * 16384);
+    }
+}

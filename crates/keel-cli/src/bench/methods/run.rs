@@ -71,8 +71,9 @@ fn run_one(vfs: &dyn Vfs, dir: &Path, spec: &RunSpec, quiet: bool) -> anyhow::Re
     // timed writes from the preparation's by this open.
     let journal = vfs.open(file.path(), spec.method.open_options())?;
     let bar = progress::bar(spec.count, spec.label(), quiet);
-    let (total, latency) = timed_loop(journal.as_ref(), spec, &pool, &bar)?;
+    let timed = timed_loop(journal.as_ref(), spec, &pool, &bar);
     bar.finish_and_clear();
+    let (total, latency) = timed?;
     drop(journal);
     let figures = RunFigures::new(spec.count, spec.size_bytes, total, &latency);
     Ok(Measured { figures, latency })
