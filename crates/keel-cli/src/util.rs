@@ -67,6 +67,17 @@ pub fn format_size(n: u64) -> String {
     format!("{n} B")
 }
 
+/// `85899345920` → `80.0 GiB`: a size for people, rounded to one decimal
+/// (for free space and other figures that are never round numbers).
+pub fn format_size_approx(n: u64) -> String {
+    for (shift, unit) in [(40, "TiB"), (30, "GiB"), (20, "MiB"), (10, "KiB")] {
+        if n >= 1 << shift {
+            return format!("{:.1} {unit}", n as f64 / (1u64 << shift) as f64);
+        }
+    }
+    format!("{n} B")
+}
+
 /// Create `dir` (and parents) if it is missing, with a clear error.
 pub fn ensure_dir(dir: &Path) -> anyhow::Result<()> {
     std::fs::create_dir_all(dir)
@@ -96,5 +107,8 @@ mod tests {
         assert!(parse_size("99999999999T").is_err());
         assert_eq!(format_size(16384), "16 KiB");
         assert_eq!(format_size(1000), "1000 B");
+        assert_eq!(format_size_approx(80 << 30), "80.0 GiB");
+        assert_eq!(format_size_approx(1536), "1.5 KiB");
+        assert_eq!(format_size_approx(7), "7 B");
     }
 }

@@ -1,12 +1,24 @@
 //! `keel bench …`: each subcommand reproduces one durable-write experiment.
+//! [`report`] holds what they share: latency recording, the machine
+//! description, tables, progress bars, file cleanup and plots.
+
+pub mod methods;
+pub mod report;
 
 use std::process::ExitCode;
 
 use clap::Subcommand;
 
 #[derive(Subcommand, Debug)]
-pub enum BenchCommand {}
+pub enum BenchCommand {
+    /// The journal-method experiment: N commits of SIZE into a preallocated
+    /// file, made durable with each write method (buffered, fsync,
+    /// fdatasync, O_DSYNC, O_DIRECT, O_DIRECT|O_DSYNC, RWF_DSYNC, io_uring)
+    Methods(methods::MethodsArgs),
+}
 
 pub fn run(cmd: BenchCommand) -> anyhow::Result<ExitCode> {
-    match cmd {}
+    match cmd {
+        BenchCommand::Methods(args) => methods::run(args),
+    }
 }

@@ -11,8 +11,11 @@ pub struct DeviceInfo {
     pub mount_point: Option<PathBuf>,
     /// File system type (`ext4`, `xfs`, `tmpfs`…).
     pub fs_type: Option<String>,
-    /// Mount options (`rw,relatime,…`).
+    /// Per-mount options (`rw,relatime,…`).
     pub mount_options: Option<String>,
+    /// File-system (superblock) options, where the ones that decide
+    /// durability live (`data=journal`, `nobarrier`, `discard`…).
+    pub super_options: Option<String>,
     /// The mounted device (`/dev/vda`), as mountinfo names it.
     pub device: Option<String>,
     /// The whole-disk name in sysfs (`vda`).
@@ -68,6 +71,7 @@ impl DeviceInfo {
                 info.mount_options = Some(l[5].to_string());
                 info.fs_type = r.first().map(|s| s.to_string());
                 info.device = r.get(1).map(|s| s.to_string());
+                info.super_options = r.get(2).map(|s| s.to_string());
                 info.disk = sysfs_disk(l[2]);
             }
         }
@@ -144,6 +148,7 @@ mod tests {
         let info = DeviceInfo::for_path(Path::new("/"));
         assert_eq!(info.mount_point.as_deref(), Some(Path::new("/")));
         assert!(info.fs_type.is_some());
+        assert!(info.super_options.is_some());
         assert!(info.kernel.is_some());
     }
 

@@ -1,0 +1,101 @@
+//! Bench files that are removed when the bench is done with them — also
+//! when it fails, panics or is interrupted with Ctrl-C — so that a 1 GiB
+//! experiment never leaves its files behind.
+
+use std::path::{Path, PathBuf};
+use std::sync::{Mutex, Once};
+
+/// Paths of bench files that exist (or are about to), for the Ctrl-C
+/// handler. A file is registered before it is created so that an interrupt
+/// between the two cannot leak it.
+static LIVE_PATHS: Mutex<Vec<PathBuf>> = Mutex::new(Vec::new());
+static HANDLER: Once = Once::new();
+
+/// The exit status of a process ended by SIGINT (128 + 2), as shells report.
+const INTERRUPTED_EXIT_CODE: i32 = 130;
+
+/// A bench file path that is removed when this guard drops, or when the user
+/// presses Ctrl-C. Creating the guard does not create the file.
+#[derive(Debug)]
+pub struct BenchFile {
+    path: PathBuf,
+}
+
+impl BenchFile {
+    /// Register `path` for removal. A stale file left there by a killed
+    /// earlier run is removed now, so every run starts from a fresh file.
+    pub fn new(path: PathBuf) -> std::io::Result<BenchFile> {
+        install_interrupt_cleanup();
+        remove_if_present(&path)?;
+        lock_paths().push(path.clone());
+        Ok(BenchFile { path })
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+}
+
+impl Drop for BenchFile {
+    fn drop(&mut self) {
+        if let Err(e) = remove_if_present(&self.path) {
+            eprintln!("warning: could not remove {}: {e}", self.path.display());
+        }
+        lock_paths().retain(|p| p != &self.path);
+    }
+}
+
+fn lock_paths() -> std::sync::MutexGuard<'static, Vec<PathBuf>> {
+    // A panic while the lock was held cannot leave the list inconsistent
+    // (each operation is one push or retain), so poisoning is ignored.
+    LIVE_PATHS.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn remove_if_present(path: &Path) -> std::io::Result<()> {
+    match std::fs::remove_file(path) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(e),
+        _ => Ok(()),
+    }
+}
+
+/// On Ctrl-C: remove every registered bench file, then exit with status
+/// 130. Installed once, on first use of [`BenchFile`]; a process that set
+/// its own handler first keeps it.
+fn install_interrupt_cleanup() {
+    HANDLER.call_once(|| {
+        let installed = ctrlc::set_handler(|| {
+            let paths = std::mem::take(&mut *lock_paths());
+            for path in &paths {
+                let _ = remove_if_present(path);
+            }
+            eprintln!("\ninterrupted: removed {} bench file(s)", paths.len());
+            std::process::exit(INTERRUPTED_EXIT_CODE);
+        });
+        if let Err(e) = installed {
+            eprintln!("warning: bench files will not be removed on Ctrl-C: {e}");
+        }
+    });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn removed_on_drop_and_stale_files_cleared() {
+        let dir = std::env::temp_dir().join(format!("keel-cleanup-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("bench.dat");
+        std::fs::write(&path, b"stale").unwrap();
+        let guard = BenchFile::new(path.clone()).unwrap();
+        assert!(!path.exists(), "stale file must be removed");
+        std::fs::write(&path, b"fresh").unwrap();
+        assert!(lock_paths().contains(&path));
+        drop(guard);
+        assert!(!path.exists());
+        assert!(!lock_paths().contains(&path));
+        // Dropping a guard whose file was never created is fine.
+        drop(BenchFile::new(dir.join("never")).unwrap());
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}
