@@ -6,6 +6,7 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 
 mod bench;
+mod diskcheck;
 mod util;
 
 #[derive(Parser, Debug)]
@@ -25,12 +26,16 @@ enum Command {
     /// Benchmarks of durable-write methods and of Keel itself.
     #[command(subcommand)]
     Bench(bench::BenchCommand),
+    /// Check that a disk keeps the writes it acknowledged (diskchecker.pl).
+    #[command(subcommand)]
+    Diskcheck(diskcheck::DiskcheckCommand),
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Bench(cmd) => bench::run(cmd),
+        Command::Diskcheck(cmd) => diskcheck::run(cmd),
     };
     match result {
         Ok(code) => code,
