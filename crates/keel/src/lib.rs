@@ -6,3 +6,4 @@
 //!   implementation.
 
 pub mod io;
+pub mod journal;

@@ -34,7 +34,7 @@ pub use device::{device_logical_block_size, DeviceInfo};
 pub use error::{IoError, Result};
 pub use method::{ParseMethodError, WriteMethod};
 pub use real::RealVfs;
-pub use sim::SimVfs;
+pub use sim::{CrashMode, OpKind, SimVfs};
 
 /// The sector size that direct I/O is aligned to when the device's own
 /// logical block size cannot be found.

@@ -460,6 +460,29 @@ mod tests {
     }
 
     #[test]
+    fn uring_engine_writes_and_syncs() {
+        let dir = tmp("uring");
+        for mode in [OpenMode::Buffered, OpenMode::DirectDsync] {
+            let path = dir.join(format!("{mode:?}"));
+            let opts = OpenOptions::new(mode).create(true).engine(IoEngine::Uring);
+            let f = match RealVfs.open(&path, opts) {
+                Err(IoError::UringUnavailable { .. }) | Err(IoError::DirectUnsupported { .. }) => {
+                    continue
+                }
+                r => r.unwrap(),
+            };
+            let mut buf = AlignedBuf::new(8192, 4096);
+            buf.fill(3);
+            f.write_at(&buf, 0).unwrap();
+            f.write_dsync_at(&buf, 8192).unwrap();
+            let mut back = AlignedBuf::new(16384, 4096);
+            f.read_exact_at(&mut back, 0).unwrap();
+            assert!(back.iter().all(|&b| b == 3));
+        }
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
     fn vectored_write() {
         let dir = tmp("vec");
         let f = RealVfs

@@ -1,0 +1,279 @@
+//! The journal's on-disk format: encoding and decoding of segment headers
+//! and records. `docs/format.md` is the specification; this file follows it
+//! and derives every offset from the one before.
+
+/// Segment header magic.
+pub const SEGMENT_MAGIC: [u8; 8] = *b"KEELSEG1";
+/// On-disk format version.
+pub const FORMAT_VERSION: u32 = 1;
+
+// Segment header layout (little-endian), inside the first block.
+const SH_MAGIC: usize = 0;
+const SH_VERSION: usize = SH_MAGIC + 8;
+const SH_BLOCK: usize = SH_VERSION + 4;
+const SH_STORE_ID: usize = SH_BLOCK + 4;
+const SH_SEQ: usize = SH_STORE_ID + 8;
+const SH_SEGMENT_SIZE: usize = SH_SEQ + 8;
+const SH_RESERVED: usize = SH_SEGMENT_SIZE + 8;
+const SH_CRC: usize = SH_RESERVED + 20;
+/// Bytes of the segment header that carry meaning; the rest of the first
+/// block is zero.
+pub const SEGMENT_HEADER_BYTES: usize = SH_CRC + 4;
+const _: () = assert!(SEGMENT_HEADER_BYTES == 64);
+
+// Record header layout (little-endian).
+const RH_CRC: usize = 0;
+const RH_LEN: usize = RH_CRC + 4;
+const RH_LSN: usize = RH_LEN + 4;
+const RH_SEQ: usize = RH_LSN + 8;
+const RH_SALT: usize = RH_SEQ + 8;
+const RH_FLAGS: usize = RH_SALT + 4;
+const RH_RESERVED: usize = RH_FLAGS + 2;
+/// Size of a record header.
+pub const RECORD_HEADER_BYTES: usize = RH_RESERVED + 2;
+const _: () = assert!(RECORD_HEADER_BYTES == 32);
+
+/// Record flag: the first record written after an open (or a truncation);
+/// its salt starts a new epoch.
+pub const FLAG_EPOCH_START: u16 = 1;
+const KNOWN_FLAGS: u16 = FLAG_EPOCH_START;
+
+/// The identity of a segment, from its header.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SegmentHeader {
+    pub block_size: u32,
+    pub store_id: u64,
+    pub seq: u64,
+    pub segment_size: u64,
+}
+
+/// Why a segment header was not accepted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HeaderError {
+    /// All zeros: a segment being prepared.
+    Blank,
+    BadMagic,
+    BadChecksum,
+    UnsupportedVersion(u32),
+}
+
+impl SegmentHeader {
+    /// Encode into the first `SEGMENT_HEADER_BYTES` of `out`.
+    pub fn encode(&self, out: &mut [u8]) {
+        let out = &mut out[..SEGMENT_HEADER_BYTES];
+        out.fill(0);
+        out[SH_MAGIC..SH_VERSION].copy_from_slice(&SEGMENT_MAGIC);
+        put_u32(out, SH_VERSION, FORMAT_VERSION);
+        put_u32(out, SH_BLOCK, self.block_size);
+        put_u64(out, SH_STORE_ID, self.store_id);
+        put_u64(out, SH_SEQ, self.seq);
+        put_u64(out, SH_SEGMENT_SIZE, self.segment_size);
+        let crc = crc32c::crc32c(&out[..SH_CRC]);
+        put_u32(out, SH_CRC, crc);
+    }
+
+    /// Decode and validate a header.
+    pub fn decode(bytes: &[u8]) -> Result<SegmentHeader, HeaderError> {
+        if bytes.len() < SEGMENT_HEADER_BYTES {
+            return Err(HeaderError::Blank);
+        }
+        let b = &bytes[..SEGMENT_HEADER_BYTES];
+        if b.iter().all(|&x| x == 0) {
+            return Err(HeaderError::Blank);
+        }
+        if b[SH_MAGIC..SH_VERSION] != SEGMENT_MAGIC {
+            return Err(HeaderError::BadMagic);
+        }
+        if crc32c::crc32c(&b[..SH_CRC]) != get_u32(b, SH_CRC) {
+            return Err(HeaderError::BadChecksum);
+        }
+        let version = get_u32(b, SH_VERSION);
+        if version != FORMAT_VERSION {
+            return Err(HeaderError::UnsupportedVersion(version));
+        }
+        Ok(SegmentHeader {
+            block_size: get_u32(b, SH_BLOCK),
+            store_id: get_u64(b, SH_STORE_ID),
+            seq: get_u64(b, SH_SEQ),
+            segment_size: get_u64(b, SH_SEGMENT_SIZE),
+        })
+    }
+}
+
+/// The fixed fields of a record.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RecordHeader {
+    pub len: u32,
+    pub lsn: u64,
+    pub seq: u64,
+    pub salt: u32,
+    pub flags: u16,
+}
+
+/// What sits at a position where a record header was expected, when it is
+/// not a valid record.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RecordError {
+    /// Zeros: never written (the normal end of the journal).
+    Zeros,
+    /// The header or payload does not match its checksum: torn or corrupt.
+    BadChecksum,
+    /// The length runs past the end of the segment.
+    BadLength,
+    /// Unknown flag bits or nonzero reserved bytes.
+    BadFlags,
+}
+
+impl RecordHeader {
+    /// Encode the header for `payload` into `out[..RECORD_HEADER_BYTES]`,
+    /// with the checksum over header and payload.
+    pub fn encode(&self, payload: &[u8], out: &mut [u8]) {
+        debug_assert_eq!(self.len as usize, payload.len());
+        let h = &mut out[..RECORD_HEADER_BYTES];
+        put_u32(h, RH_LEN, self.len);
+        put_u64(h, RH_LSN, self.lsn);
+        put_u64(h, RH_SEQ, self.seq);
+        put_u32(h, RH_SALT, self.salt);
+        h[RH_FLAGS..RH_FLAGS + 2].copy_from_slice(&self.flags.to_le_bytes());
+        h[RH_RESERVED..RH_RESERVED + 2].fill(0);
+        let crc = crc32c::crc32c_append(crc32c::crc32c(&h[RH_LEN..]), payload);
+        put_u32(h, RH_CRC, crc);
+    }
+
+    /// Decode the record at the start of `bytes` (header and payload must be
+    /// inside `bytes`), checking length, flags and checksum.
+    pub fn decode(bytes: &[u8]) -> Result<(RecordHeader, &[u8]), RecordError> {
+        if bytes.len() < RECORD_HEADER_BYTES {
+            return Err(if bytes.iter().all(|&b| b == 0) {
+                RecordError::Zeros
+            } else {
+                RecordError::BadLength
+            });
+        }
+        let h = &bytes[..RECORD_HEADER_BYTES];
+        if h.iter().all(|&b| b == 0) {
+            return Err(RecordError::Zeros);
+        }
+        let len = get_u32(h, RH_LEN);
+        let flags = u16::from_le_bytes([h[RH_FLAGS], h[RH_FLAGS + 1]]);
+        let end = RECORD_HEADER_BYTES as u64 + u64::from(len);
+        if end > bytes.len() as u64 {
+            return Err(RecordError::BadLength);
+        }
+        let payload = &bytes[RECORD_HEADER_BYTES..end as usize];
+        let crc = crc32c::crc32c_append(crc32c::crc32c(&h[RH_LEN..]), payload);
+        if crc != get_u32(h, RH_CRC) {
+            return Err(RecordError::BadChecksum);
+        }
+        if flags & !KNOWN_FLAGS != 0 || h[RH_RESERVED..RH_RESERVED + 2] != [0, 0] {
+            return Err(RecordError::BadFlags);
+        }
+        let header = RecordHeader {
+            len,
+            lsn: get_u64(h, RH_LSN),
+            seq: get_u64(h, RH_SEQ),
+            salt: get_u32(h, RH_SALT),
+            flags,
+        };
+        Ok((header, payload))
+    }
+}
+
+fn put_u32(b: &mut [u8], at: usize, v: u32) {
+    b[at..at + 4].copy_from_slice(&v.to_le_bytes());
+}
+
+fn put_u64(b: &mut [u8], at: usize, v: u64) {
+    b[at..at + 8].copy_from_slice(&v.to_le_bytes());
+}
+
+fn get_u32(b: &[u8], at: usize) -> u32 {
+    u32::from_le_bytes(b[at..at + 4].try_into().expect("4 bytes"))
+}
+
+fn get_u64(b: &[u8], at: usize) -> u64 {
+    u64::from_le_bytes(b[at..at + 8].try_into().expect("8 bytes"))
+}
+
+/// The file name of segment `seq`: 20 decimal digits, so names sort in
+/// sequence order.
+pub fn segment_file_name(seq: u64) -> String {
+    format!("{seq:020}.seg")
+}
+
+/// The sequence number in a segment file name, if it is one.
+pub fn parse_segment_file_name(name: &str) -> Option<u64> {
+    let digits = name.strip_suffix(".seg")?;
+    if digits.len() != 20 || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    digits.parse().ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn segment_header_round_trip_and_damage() {
+        let h = SegmentHeader {
+            block_size: 4096,
+            store_id: 77,
+            seq: 5,
+            segment_size: 1 << 26,
+        };
+        let mut b = [0u8; 4096];
+        h.encode(&mut b);
+        assert_eq!(SegmentHeader::decode(&b), Ok(h));
+        for i in 0..SEGMENT_HEADER_BYTES {
+            let mut d = b;
+            d[i] ^= 0x10;
+            assert!(SegmentHeader::decode(&d).is_err(), "flip at {i} accepted");
+        }
+        assert_eq!(SegmentHeader::decode(&[0u8; 64]), Err(HeaderError::Blank));
+    }
+
+    #[test]
+    fn record_round_trip_and_damage() {
+        let payload = b"hello journal";
+        let h = RecordHeader {
+            len: payload.len() as u32,
+            lsn: 42,
+            seq: 3,
+            salt: 0xdead_beef,
+            flags: FLAG_EPOCH_START,
+        };
+        let mut b = vec![0u8; RECORD_HEADER_BYTES + payload.len() + 10];
+        h.encode(payload, &mut b);
+        b[RECORD_HEADER_BYTES..RECORD_HEADER_BYTES + payload.len()].copy_from_slice(payload);
+        let (got, p) = RecordHeader::decode(&b).unwrap();
+        assert_eq!(got, h);
+        assert_eq!(p, payload);
+        for i in 0..RECORD_HEADER_BYTES + payload.len() {
+            for bit in 0..8 {
+                let mut d = b.clone();
+                d[i] ^= 1 << bit;
+                assert!(
+                    RecordHeader::decode(&d).is_err(),
+                    "flip at {i}.{bit} accepted"
+                );
+            }
+        }
+        assert_eq!(RecordHeader::decode(&[0u8; 40]), Err(RecordError::Zeros));
+        assert_eq!(
+            RecordHeader::decode(&b[..RECORD_HEADER_BYTES + 3]),
+            Err(RecordError::BadLength)
+        );
+    }
+
+    #[test]
+    fn file_names() {
+        assert_eq!(segment_file_name(7), "00000000000000000007.seg");
+        assert_eq!(
+            parse_segment_file_name(&segment_file_name(u64::MAX)),
+            Some(u64::MAX)
+        );
+        assert_eq!(parse_segment_file_name("7.seg"), None);
+        assert_eq!(parse_segment_file_name("LOCK"), None);
+    }
+}

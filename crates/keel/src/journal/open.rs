@@ -1,0 +1,220 @@
+//! Opening a journal: lock, choose the write method, recover the chain of
+//! records, make the recovered tail durable, and start the background
+//! threads.
+
+use std::collections::VecDeque;
+use std::path::Path;
+use std::sync::Arc;
+
+use super::scan::{self, SegmentScan};
+use super::segments::{ReadySegment, SegmentSpec};
+use super::writer::{self, SegMeta, Shared, State};
+use super::{Journal, JournalError, JournalOptions, RecoveryMode, RecoveryReport};
+use crate::io::{IoError, OpenMode, OpenOptions, SyncKind, Vfs, WriteMethod};
+
+/// The lock file inside a journal directory.
+pub const LOCK_FILE: &str = "LOCK";
+
+pub(super) fn open(
+    vfs: Arc<dyn Vfs>,
+    dir: &Path,
+    mut options: JournalOptions,
+) -> Result<Journal, JournalError> {
+    options.validate()?;
+    vfs.create_dir_all(dir)?;
+    let lock = vfs.lock(&dir.join(LOCK_FILE)).map_err(|e| match e {
+        IoError::Locked { .. } => JournalError::Locked(dir.to_path_buf()),
+        e => e.into(),
+    })?;
+    let (method, fallback) = choose_method(vfs.as_ref(), dir, options.method)?;
+    options.method = Some(method);
+    if method.is_direct() && vfs.block_size(dir)? > options.block_size_bytes {
+        return Err(JournalError::BadOptions(format!(
+            "block size {} is smaller than the device's direct-I/O alignment {}",
+            options.block_size_bytes,
+            vfs.block_size(dir)?
+        )));
+    }
+    // A crash can leave at most one write torn (one in flight at a time).
+    let tolerated = (options.max_write_bytes + options.block_size_bytes) as u64;
+    let found = scan::scan(vfs.as_ref(), dir, tolerated)?;
+    adopt_existing_geometry(&found.segments, &mut options)?;
+    if options.recovery_mode == RecoveryMode::RefuseCorruption {
+        if let (Some((seq, pos, lsn)), Some((_, _, reason))) =
+            (found.valid_after_damage, &found.stop)
+        {
+            return Err(JournalError::Corrupt {
+                seq,
+                pos,
+                reason: reason.to_string(),
+                later_lsn: lsn,
+            });
+        }
+    }
+    let spec = SegmentSpec {
+        dir: dir.to_path_buf(),
+        store_id: found.store_id.unwrap_or_else(rand::random),
+        segment_size: options.segment_size_bytes,
+        block_size: options.block_size_bytes,
+        method,
+    };
+    let chain: Vec<&SegmentScan> = found.segments.iter().filter(|s| s.in_chain).collect();
+    let (active, pos, segments) = match chain.last() {
+        None => {
+            let seg = spec.create(vfs.as_ref(), 1)?;
+            let meta = SegMeta {
+                seq: 1,
+                path: seg.path.clone(),
+                first_lsn: None,
+                last_lsn: None,
+            };
+            (seg, options.block_size_bytes as u64, vec![meta])
+        }
+        Some(last) => {
+            // After a process crash the tail may sit only in the page cache
+            // (buffered methods): make every recovered byte durable before
+            // the first new acknowledgement can depend on it.
+            for seg in &chain {
+                let f = vfs.open(&seg.path, OpenOptions::new(OpenMode::Buffered))?;
+                f.sync(SyncKind::Data)?;
+            }
+            vfs.sync_dir(dir)?;
+            let metas = chain
+                .iter()
+                .map(|s| SegMeta {
+                    seq: s.seq,
+                    path: s.path.clone(),
+                    first_lsn: s.records.first().map(|r| r.lsn),
+                    last_lsn: s.records.last().map(|r| r.lsn),
+                })
+                .collect();
+            (spec.open(vfs.as_ref(), last.seq)?, last.end_pos, metas)
+        }
+    };
+    let block = options.block_size_bytes as u64;
+    let tail_start = pos / block * block;
+    let mut tail = vec![0u8; (pos - tail_start) as usize];
+    scan::open_for_read(vfs.as_ref(), &active.path)?.read_exact_at(&mut tail, tail_start)?;
+    let (spares, free) = classify_leftovers(vfs.as_ref(), &spec, &found.segments, &active)?;
+    let next_lsn = found.last_lsn.map_or(1, |l| l + 1);
+    let salt = writer::new_salt(found.last_salt.unwrap_or(0));
+    let report = RecoveryReport {
+        first_lsn: found.first_lsn,
+        last_lsn: found.last_lsn,
+        stop: found.stop.clone(),
+        segments: segments.len(),
+        method,
+        fallback,
+    };
+    let mut state = State::new(next_lsn, salt, active, pos, tail, segments);
+    state.spares = spares;
+    state.free = free;
+    while state.spares.len() < options.spare_segments {
+        let seq = state.spares.back().map_or(state.active.seq, |s| s.seq) + 1;
+        let old = state.free.pop_front();
+        state
+            .spares
+            .push_back(spec.prepare(vfs.as_ref(), seq, old.as_deref())?);
+    }
+    let shared = Arc::new(Shared::new(vfs, spec, options, state, lock));
+    let preparer = {
+        let s = Arc::clone(&shared);
+        std::thread::Builder::new()
+            .name("keel-journal-prep".into())
+            .spawn(move || writer::preparer_loop(s))
+            .map_err(|e| IoError::os("spawn thread", dir, e))?
+    };
+    let flusher = {
+        let s = Arc::clone(&shared);
+        std::thread::Builder::new()
+            .name("keel-journal-cb".into())
+            .spawn(move || writer::flusher_loop(s))
+            .map_err(|e| IoError::os("spawn thread", dir, e))?
+    };
+    Ok(Journal {
+        shared,
+        preparer: Some(preparer),
+        flusher: Some(flusher),
+        report,
+    })
+}
+
+/// The method to write with: the one asked for, or `odirect_dsync` unless
+/// the file system refuses direct I/O, then `fdatasync`.
+fn choose_method(
+    vfs: &dyn Vfs,
+    dir: &Path,
+    asked: Option<WriteMethod>,
+) -> Result<(WriteMethod, Option<String>), JournalError> {
+    if let Some(m) = asked {
+        return Ok((m, None));
+    }
+    let probe = dir.join(LOCK_FILE);
+    match vfs.open(&probe, OpenOptions::new(OpenMode::DirectDsync)) {
+        Ok(_) => Ok((WriteMethod::OdirectDsync, None)),
+        Err(e @ IoError::DirectUnsupported { .. }) => {
+            Ok((WriteMethod::Fdatasync, Some(e.to_string())))
+        }
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// An existing journal keeps the block and segment size it was made with.
+fn adopt_existing_geometry(
+    segments: &[SegmentScan],
+    options: &mut JournalOptions,
+) -> Result<(), JournalError> {
+    if let Some(h) = segments.iter().find_map(|s| s.header.ok()) {
+        if h.block_size as usize != options.block_size_bytes {
+            let seg = segments.iter().find(|s| s.header.is_ok()).expect("segment");
+            return Err(JournalError::BlockSizeMismatch {
+                path: seg.path.clone(),
+                expected: options.block_size_bytes,
+                found: h.block_size as usize,
+            });
+        }
+        options.segment_size_bytes = h.segment_size;
+    }
+    Ok(())
+}
+
+type Leftovers = (VecDeque<ReadySegment>, VecDeque<std::path::PathBuf>);
+
+/// Segments after the active one with valid headers and consecutive
+/// sequence numbers are spares, ready to use. Older files are recycled
+/// later; other files beyond the active segment (half-prepared, or out of
+/// sequence) are removed so that their names cannot collide with new
+/// segments.
+fn classify_leftovers(
+    vfs: &dyn Vfs,
+    spec: &SegmentSpec,
+    segments: &[SegmentScan],
+    active: &ReadySegment,
+) -> Result<Leftovers, JournalError> {
+    let mut spares = VecDeque::new();
+    let mut free = VecDeque::new();
+    let mut removed = false;
+    let first_chain = segments
+        .iter()
+        .find(|s| s.in_chain)
+        .map_or(active.seq, |s| s.seq);
+    for seg in segments.iter().filter(|s| !s.in_chain) {
+        let expected_next = spares.back().map_or(active.seq, |s: &ReadySegment| s.seq) + 1;
+        let usable = seg
+            .header
+            .is_ok_and(|h| h.seq == seg.seq && h.segment_size == spec.segment_size)
+            && seg.file_len == spec.segment_size;
+        if seg.seq == expected_next && usable {
+            spares.push_back(spec.open(vfs, seg.seq)?);
+        } else if seg.seq < first_chain && seg.file_len == spec.segment_size {
+            free.push_back(seg.path.clone());
+        } else if seg.seq != active.seq {
+            vfs.remove_file(&seg.path)?;
+            removed = true;
+        }
+    }
+    if removed {
+        vfs.sync_dir(&spec.dir)?;
+    }
+    Ok((spares, free))
+}

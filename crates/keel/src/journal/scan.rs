@@ -1,0 +1,317 @@
+//! Reading segments back: the scan that recovery, `read_from`, `journal
+//! dump` and `journal check` share.
+//!
+//! The chain rule (see `docs/format.md`, "Recovery"): segments are visited in
+//! sequence order starting at the lowest one with a valid header; inside a
+//! segment records follow each other back to back from the end of the first
+//! block. A record is accepted when its checksum holds, its segment sequence
+//! is the segment's, its LSN is the previous one plus one, and its salt is
+//! the previous record's — or it carries `FLAG_EPOCH_START`. At the first
+//! record that fails, the segment ends; the chain continues into the next
+//! segment only if that segment's header is valid and its first record is
+//! accepted by the same rule.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use super::format::{
+    parse_segment_file_name, HeaderError, RecordError, RecordHeader, SegmentHeader,
+    FLAG_EPOCH_START, RECORD_HEADER_BYTES,
+};
+use super::JournalError;
+use crate::io::{OpenMode, OpenOptions, Vfs, VfsFile};
+
+/// One accepted record's place.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RecordInfo {
+    pub lsn: u64,
+    /// Byte offset of the record header in its segment file.
+    pub pos: u64,
+    pub len: u32,
+    pub salt: u32,
+    pub flags: u16,
+}
+
+/// Why the records of a segment end where they do.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StopReason {
+    /// Zeros: nothing was ever written there. The normal end.
+    CleanEnd,
+    /// The segment is full up to its end.
+    SegmentEnd,
+    /// A record that fails its checksum or has an impossible length or
+    /// flags: torn by a crash, or corrupted.
+    Damaged(RecordError),
+    /// A valid record that belongs elsewhere: another segment's, an older
+    /// epoch's, or out of LSN order (left over from a recycled segment or an
+    /// earlier life of this one).
+    Stale {
+        lsn: u64,
+        seq: u64,
+        expected_lsn: u64,
+    },
+}
+
+impl std::fmt::Display for StopReason {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            StopReason::CleanEnd => f.write_str("clean end (zeros)"),
+            StopReason::SegmentEnd => f.write_str("end of segment"),
+            StopReason::Damaged(RecordError::BadChecksum) => {
+                f.write_str("torn or corrupt record (checksum mismatch)")
+            }
+            StopReason::Damaged(RecordError::BadLength) => {
+                f.write_str("torn or corrupt record (length past segment end)")
+            }
+            StopReason::Damaged(RecordError::BadFlags) => {
+                f.write_str("corrupt record (unknown flags)")
+            }
+            StopReason::Damaged(RecordError::Zeros) => f.write_str("zeros"),
+            StopReason::Stale {
+                lsn,
+                seq,
+                expected_lsn,
+            } => write!(
+                f,
+                "stale record (lsn {lsn}, segment {seq}; expected lsn {expected_lsn}) from an \
+                 earlier use of this space"
+            ),
+        }
+    }
+}
+
+/// What a scan found in one segment file.
+#[derive(Debug, Clone)]
+pub struct SegmentScan {
+    pub seq: u64,
+    pub path: PathBuf,
+    pub header: Result<SegmentHeader, HeaderError>,
+    pub file_len: u64,
+    /// Records accepted as part of the chain.
+    pub records: Vec<RecordInfo>,
+    /// Byte offset just past the last accepted record (or the first block).
+    pub end_pos: u64,
+    /// Why the records end (None for segments outside the chain).
+    pub stop: Option<StopReason>,
+    /// Whether this segment is part of the recovered chain.
+    pub in_chain: bool,
+}
+
+/// The outcome of scanning a journal directory.
+#[derive(Debug, Clone)]
+pub struct Scan {
+    pub segments: Vec<SegmentScan>,
+    /// The store id shared by the segments (None for an empty directory).
+    pub store_id: Option<u64>,
+    pub first_lsn: Option<u64>,
+    pub last_lsn: Option<u64>,
+    pub last_salt: Option<u32>,
+    /// Where and why the chain stopped: (segment seq, byte offset, reason).
+    pub stop: Option<(u64, u64, StopReason)>,
+    /// A valid record of the last epoch found after damage, beyond the
+    /// reach of a torn write (see `RecoveryMode::RefuseCorruption`):
+    /// (segment seq, byte offset, lsn).
+    pub valid_after_damage: Option<(u64, u64, u64)>,
+}
+
+/// Open a segment for reading (buffered, so no alignment rules apply).
+pub fn open_for_read(vfs: &dyn Vfs, path: &Path) -> Result<Arc<dyn VfsFile>, JournalError> {
+    Ok(vfs.open(path, OpenOptions::new(OpenMode::Buffered).read_only(true))?)
+}
+
+/// Read a whole segment file.
+pub fn read_segment(vfs: &dyn Vfs, path: &Path) -> Result<Vec<u8>, JournalError> {
+    let file = open_for_read(vfs, path)?;
+    let len = file.len()?;
+    let mut bytes = vec![0u8; len as usize];
+    file.read_exact_at(&mut bytes, 0)?;
+    Ok(bytes)
+}
+
+/// The segment files in `dir`, sorted by sequence.
+pub fn list_segments(vfs: &dyn Vfs, dir: &Path) -> Result<Vec<(u64, PathBuf)>, JournalError> {
+    let mut segs: Vec<(u64, PathBuf)> = vfs
+        .read_dir(dir)?
+        .into_iter()
+        .filter_map(|name| parse_segment_file_name(&name).map(|seq| (seq, dir.join(name))))
+        .collect();
+    segs.sort();
+    Ok(segs)
+}
+
+/// The chain state carried from record to record.
+#[derive(Debug, Clone, Copy)]
+pub struct ChainCursor {
+    /// The LSN the next record must have (None before the first record).
+    pub expected_lsn: Option<u64>,
+    pub salt: Option<u32>,
+}
+
+/// Walk the records of one segment's bytes from the first block, extending
+/// the chain. Returns the accepted records, the end offset and the reason.
+pub fn walk_segment(
+    bytes: &[u8],
+    seq: u64,
+    block_size: usize,
+    cursor: &mut ChainCursor,
+) -> (Vec<RecordInfo>, u64, StopReason) {
+    let mut records = Vec::new();
+    let mut pos = block_size;
+    loop {
+        if pos + RECORD_HEADER_BYTES > bytes.len() {
+            return (records, pos as u64, StopReason::SegmentEnd);
+        }
+        let (h, _) = match RecordHeader::decode(&bytes[pos..]) {
+            Ok(r) => r,
+            Err(RecordError::Zeros) => return (records, pos as u64, StopReason::CleanEnd),
+            Err(e) => return (records, pos as u64, StopReason::Damaged(e)),
+        };
+        let lsn_ok = cursor.expected_lsn.is_none_or(|e| h.lsn == e);
+        let salt_ok = h.flags & FLAG_EPOCH_START != 0 || cursor.salt.is_none_or(|s| s == h.salt);
+        if h.seq != seq || !lsn_ok || !salt_ok || h.lsn == 0 {
+            let stale = StopReason::Stale {
+                lsn: h.lsn,
+                seq: h.seq,
+                expected_lsn: cursor.expected_lsn.unwrap_or(0),
+            };
+            return (records, pos as u64, stale);
+        }
+        records.push(RecordInfo {
+            lsn: h.lsn,
+            pos: pos as u64,
+            len: h.len,
+            salt: h.salt,
+            flags: h.flags,
+        });
+        cursor.expected_lsn = Some(h.lsn + 1);
+        cursor.salt = Some(h.salt);
+        pos += RECORD_HEADER_BYTES + h.len as usize;
+    }
+}
+
+/// Look for a valid record of epoch `salt` with an LSN above `expected_lsn`
+/// in `bytes[from..]`: evidence that damage sits in the middle of the
+/// journal rather than at its torn tail.
+pub fn find_valid_after(
+    bytes: &[u8],
+    seq: u64,
+    from: usize,
+    salt: u32,
+    expected_lsn: u64,
+) -> Option<(u64, u64)> {
+    let seq_bytes = seq.to_le_bytes();
+    let mut p = from;
+    // The segment sequence sits at bytes 16..24 of a header; checking it
+    // first makes the byte-by-byte search cheap.
+    while p + RECORD_HEADER_BYTES <= bytes.len() {
+        if bytes[p + 16..p + 24] == seq_bytes {
+            if let Ok((h, _)) = RecordHeader::decode(&bytes[p..]) {
+                if h.salt == salt && h.lsn > expected_lsn {
+                    return Some((p as u64, h.lsn));
+                }
+            }
+        }
+        p += 1;
+    }
+    None
+}
+
+/// Scan every segment in `dir`. `tolerated_damage_bytes` is how far past a
+/// damaged record valid records may legitimately follow (the bytes a crash
+/// can leave half-written: writes in flight × the largest write).
+pub fn scan(vfs: &dyn Vfs, dir: &Path, tolerated_damage_bytes: u64) -> Result<Scan, JournalError> {
+    let mut out = Scan {
+        segments: Vec::new(),
+        store_id: None,
+        first_lsn: None,
+        last_lsn: None,
+        last_salt: None,
+        stop: None,
+        valid_after_damage: None,
+    };
+    let mut cursor = ChainCursor {
+        expected_lsn: None,
+        salt: None,
+    };
+    let mut chain_open = true;
+    let mut chain_started = false;
+    let mut prev_seq: Option<u64> = None;
+    for (seq, path) in list_segments(vfs, dir)? {
+        let bytes = read_segment(vfs, &path)?;
+        let header = SegmentHeader::decode(&bytes);
+        let mut seg = SegmentScan {
+            seq,
+            path,
+            header,
+            file_len: bytes.len() as u64,
+            records: Vec::new(),
+            end_pos: 0,
+            stop: None,
+            in_chain: false,
+        };
+        let Ok(h) = header else {
+            // A segment being prepared or recycled: not part of the chain,
+            // and it ends the chain if the chain was waiting for it.
+            if chain_started {
+                chain_open = false;
+            }
+            out.segments.push(seg);
+            continue;
+        };
+        if h.seq != seq {
+            // Renamed for recycling but its header not yet rewritten.
+            seg.header = Err(HeaderError::BadMagic);
+            if chain_started {
+                chain_open = false;
+            }
+            out.segments.push(seg);
+            continue;
+        }
+        match out.store_id {
+            None => out.store_id = Some(h.store_id),
+            Some(id) if id != h.store_id => {
+                return Err(JournalError::ForeignSegment {
+                    path: seg.path,
+                    expected: id,
+                    found: h.store_id,
+                })
+            }
+            Some(_) => {}
+        }
+        let consecutive = prev_seq.is_none_or(|p| p + 1 == seq);
+        if chain_open && consecutive {
+            let before = cursor;
+            let (records, end, stop) =
+                walk_segment(&bytes, seq, h.block_size as usize, &mut cursor);
+            if chain_started && records.is_empty() {
+                // The next segment does not continue the chain: the chain
+                // ended in the previous segment.
+                chain_open = false;
+                cursor = before;
+            } else {
+                chain_started = chain_started || !records.is_empty() || prev_seq.is_none();
+                seg.in_chain = true;
+                seg.end_pos = end;
+                if let Some(first) = records.first() {
+                    out.first_lsn.get_or_insert(first.lsn);
+                }
+                seg.records = records;
+                if let (StopReason::Damaged(_), Some(salt), Some(exp)) =
+                    (&stop, cursor.salt, cursor.expected_lsn)
+                {
+                    let from = (end + tolerated_damage_bytes).min(bytes.len() as u64) as usize;
+                    if let Some((pos, lsn)) = find_valid_after(&bytes, seq, from, salt, exp) {
+                        out.valid_after_damage.get_or_insert((seq, pos, lsn));
+                    }
+                }
+                out.stop = Some((seq, end, stop.clone()));
+                seg.stop = Some(stop);
+                prev_seq = Some(seq);
+            }
+        }
+        out.segments.push(seg);
+    }
+    out.last_lsn = cursor.expected_lsn.map(|e| e - 1);
+    out.last_salt = cursor.salt;
+    Ok(out)
+}

@@ -1,0 +1,122 @@
+//! Segment files: preparing new ones (zero-filled, header written, synced,
+//! name made durable) and recycling released ones, in a background thread so
+//! that a rollover on the commit path never waits for the file system.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use super::format::{segment_file_name, SegmentHeader};
+use super::JournalError;
+use crate::io::{AlignedBuf, Vfs, VfsFile, WriteMethod};
+
+/// A segment ready to take records: its header is durable and so is its
+/// name.
+#[derive(Debug, Clone)]
+pub struct ReadySegment {
+    pub seq: u64,
+    pub path: PathBuf,
+    pub file: Arc<dyn VfsFile>,
+}
+
+/// What a segment is made of, shared by every segment of a journal.
+#[derive(Debug, Clone)]
+pub struct SegmentSpec {
+    pub dir: PathBuf,
+    pub store_id: u64,
+    pub segment_size: u64,
+    pub block_size: usize,
+    pub method: WriteMethod,
+}
+
+impl SegmentSpec {
+    pub fn path(&self, seq: u64) -> PathBuf {
+        self.dir.join(segment_file_name(seq))
+    }
+
+    /// Open an existing segment file for appending with the journal's
+    /// method.
+    pub fn open(&self, vfs: &dyn Vfs, seq: u64) -> Result<ReadySegment, JournalError> {
+        let path = self.path(seq);
+        let file = vfs.open(&path, self.method.open_options().create(false))?;
+        Ok(ReadySegment { seq, path, file })
+    }
+
+    /// Write (durably) the header of segment `seq` into `file`'s first block.
+    fn write_header(&self, file: &dyn VfsFile, seq: u64) -> Result<(), JournalError> {
+        let mut block = AlignedBuf::new(self.block_size, self.block_size);
+        SegmentHeader {
+            block_size: self.block_size as u32,
+            store_id: self.store_id,
+            seq,
+            segment_size: self.segment_size,
+        }
+        .encode(&mut block);
+        self.method.write_durably(file, &block, 0)?;
+        if let Some(kind) = self.method.sync_after_writes() {
+            file.sync(kind)?;
+        }
+        Ok(())
+    }
+
+    /// Create segment `seq` from nothing: zero-fill it so later writes change
+    /// no file metadata, write its header, sync both, then sync the
+    /// directory so the name survives a power cut.
+    pub fn create(&self, vfs: &dyn Vfs, seq: u64) -> Result<ReadySegment, JournalError> {
+        let path = self.path(seq);
+        if vfs.exists(&path)? {
+            vfs.remove_file(&path)?;
+        }
+        let available = vfs.free_space(&self.dir)?;
+        if available < self.segment_size {
+            return Err(JournalError::from(crate::io::IoError::NoSpace {
+                path: self.dir.clone(),
+                needed: self.segment_size,
+                available,
+            }));
+        }
+        let file = vfs.open(&path, self.method.open_options().create_new(true))?;
+        file.zero_fill(0, self.segment_size)?;
+        // The zeros went through the page cache or a direct descriptor;
+        // either way make them (and the file size) durable before use.
+        file.sync(crate::io::SyncKind::Data)?;
+        self.write_header(file.as_ref(), seq)?;
+        vfs.sync_dir(&self.dir)?;
+        Ok(ReadySegment { seq, path, file })
+    }
+
+    /// Turn an old segment file into segment `seq`: rename it, rewrite its
+    /// header, and sync the directory. Its old records stay but can never be
+    /// taken for new ones: each carries its own (old) segment sequence.
+    pub fn recycle(
+        &self,
+        vfs: &dyn Vfs,
+        old_path: &Path,
+        seq: u64,
+    ) -> Result<ReadySegment, JournalError> {
+        let path = self.path(seq);
+        vfs.rename(old_path, &path)?;
+        let file = vfs.open(&path, self.method.open_options().create(false))?;
+        if file.len()? != self.segment_size {
+            // Not one of ours (another segment size): start afresh.
+            drop(file);
+            vfs.remove_file(&path)?;
+            return self.create(vfs, seq);
+        }
+        self.write_header(file.as_ref(), seq)?;
+        vfs.sync_dir(&self.dir)?;
+        Ok(ReadySegment { seq, path, file })
+    }
+
+    /// Make segment `seq` ready, recycling `old` if given.
+    pub fn prepare(
+        &self,
+        vfs: &dyn Vfs,
+        seq: u64,
+        old: Option<&Path>,
+    ) -> Result<ReadySegment, JournalError> {
+        match old {
+            Some(old) => self.recycle(vfs, old, seq),
+            None => self.create(vfs, seq),
+        }
+    }
+}

@@ -1,0 +1,238 @@
+//! Unit tests of the journal on the simulated file layer.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use super::*;
+use crate::io::{CrashMode, OpKind, SimVfs, Vfs};
+
+pub(crate) fn small_options() -> JournalOptions {
+    JournalOptions {
+        segment_size_bytes: 64 << 10,
+        block_size_bytes: 4096,
+        max_write_bytes: 16 << 10,
+        method: Some(WriteMethod::OdirectDsync),
+        ..JournalOptions::default()
+    }
+}
+
+fn sim() -> (Arc<SimVfs>, PathBuf) {
+    let vfs = SimVfs::new(1);
+    let dir = PathBuf::from("/j");
+    vfs.create_dir_all(&dir).unwrap();
+    (vfs, dir)
+}
+
+fn payload(lsn: u64, len: usize) -> Vec<u8> {
+    (0..len).map(|i| (lsn as usize * 31 + i) as u8).collect()
+}
+
+fn all(j: &Journal) -> Vec<(Lsn, Vec<u8>)> {
+    j.read_from(1).unwrap().map(|r| r.unwrap()).collect()
+}
+
+#[test]
+fn append_read_reopen() {
+    let (vfs, dir) = sim();
+    let j = Journal::open(vfs.clone(), &dir, small_options()).unwrap();
+    for i in 1..=50u64 {
+        assert_eq!(j.append(&payload(i, (i * 7 % 300) as usize)).unwrap(), i);
+    }
+    assert_eq!(j.durable_lsn(), 50);
+    let got = all(&j);
+    assert_eq!(got.len(), 50);
+    for (lsn, p) in &got {
+        assert_eq!(p, &payload(*lsn, (*lsn * 7 % 300) as usize));
+    }
+    drop(j);
+    let j = Journal::open(vfs.clone(), &dir, small_options()).unwrap();
+    assert_eq!(j.recovery_report().last_lsn, Some(50));
+    assert_eq!(j.append(b"next").unwrap(), 51);
+    assert_eq!(all(&j).len(), 51);
+}
+
+#[test]
+fn rollover_and_records_of_every_size() {
+    let (vfs, dir) = sim();
+    let opts = small_options();
+    let max = opts.max_record_bytes();
+    let j = Journal::open(vfs.clone(), &dir, opts.clone()).unwrap();
+    let sizes = [0usize, 1, 4095, 4096, 4097, 20_000, max, 3, max - 1];
+    for (i, &len) in sizes.iter().enumerate() {
+        j.append(&payload(i as u64 + 1, len)).unwrap();
+    }
+    assert!(matches!(
+        j.append(&vec![0u8; max + 1]),
+        Err(JournalError::RecordTooLarge { .. })
+    ));
+    assert!(j.stats().rollovers >= 2);
+    drop(j);
+    let j = Journal::open(vfs, &dir, opts).unwrap();
+    let got = all(&j);
+    assert_eq!(got.len(), sizes.len());
+    for (i, (lsn, p)) in got.iter().enumerate() {
+        assert_eq!(*lsn, i as u64 + 1);
+        assert_eq!(p, &payload(*lsn, sizes[i]));
+    }
+}
+
+#[test]
+fn concurrent_committers_group_and_all_survive() {
+    let (vfs, dir) = sim();
+    let j = Arc::new(Journal::open(vfs.clone(), &dir, small_options()).unwrap());
+    let threads: Vec<_> = (0..8)
+        .map(|t| {
+            let j = Arc::clone(&j);
+            std::thread::spawn(move || {
+                (0..200)
+                    .map(|i| j.append(format!("t{t}-{i}").as_bytes()).unwrap())
+                    .collect::<Vec<_>>()
+            })
+        })
+        .collect();
+    let mut lsns: Vec<u64> = threads
+        .into_iter()
+        .flat_map(|h| h.join().unwrap())
+        .collect();
+    lsns.sort();
+    assert_eq!(lsns, (1..=1600).collect::<Vec<_>>());
+    let stats = j.stats();
+    assert_eq!(stats.records, 1600);
+    drop(j);
+    vfs.crash(CrashMode::PowerLoss);
+    let j = Journal::open(vfs, &dir, small_options()).unwrap();
+    assert_eq!(all(&j).len(), 1600);
+}
+
+#[test]
+fn submit_then_wait_and_callback() {
+    let (vfs, dir) = sim();
+    let j = Journal::open(vfs, &dir, small_options()).unwrap();
+    let h1 = j.submit(b"a").unwrap();
+    let h2 = j.submit(b"b").unwrap();
+    assert_eq!(h1.lsn(), 1);
+    let (tx, rx) = std::sync::mpsc::channel();
+    h2.on_durable(move |r| tx.send(r.unwrap()).unwrap());
+    assert_eq!(
+        rx.recv_timeout(std::time::Duration::from_secs(10)).unwrap(),
+        2
+    );
+    assert!(h1.is_durable());
+    assert_eq!(h1.wait().unwrap(), 1);
+}
+
+#[test]
+fn second_open_is_locked() {
+    let (vfs, dir) = sim();
+    let _j = Journal::open(vfs.clone(), &dir, small_options()).unwrap();
+    assert!(matches!(
+        Journal::open(vfs, &dir, small_options()),
+        Err(JournalError::Locked(_))
+    ));
+}
+
+#[test]
+fn failed_write_poisons_everything_after() {
+    let (vfs, dir) = sim();
+    let j = Journal::open(vfs.clone(), &dir, small_options()).unwrap();
+    j.append(b"ok").unwrap();
+    vfs.fail_after(OpKind::Write, 0, libc::EIO);
+    let e = j.append(b"fails").unwrap_err();
+    assert!(matches!(e, JournalError::Poisoned(_)), "{e}");
+    assert!(matches!(j.append(b"later"), Err(JournalError::Poisoned(_))));
+    assert!(j.poisoned().is_some());
+    drop(j);
+    let j = Journal::open(vfs, &dir, small_options()).unwrap();
+    let got = all(&j);
+    assert_eq!(got.first().map(|r| r.1.as_slice()), Some(&b"ok"[..]));
+    assert!(got.iter().all(|r| r.1 != b"later"));
+}
+
+#[test]
+fn fallback_method_syncs_and_recovers() {
+    let (vfs, dir) = sim();
+    let opts = JournalOptions {
+        method: Some(WriteMethod::Fdatasync),
+        ..small_options()
+    };
+    let j = Journal::open(vfs.clone(), &dir, opts.clone()).unwrap();
+    for i in 1..=30 {
+        j.append(&payload(i, 500)).unwrap();
+    }
+    drop(j);
+    vfs.crash(CrashMode::PowerLoss);
+    let j = Journal::open(vfs, &dir, opts).unwrap();
+    assert_eq!(all(&j).len(), 30);
+}
+
+#[test]
+fn release_recycles_segments() {
+    let (vfs, dir) = sim();
+    let j = Journal::open(vfs.clone(), &dir, small_options()).unwrap();
+    for i in 1..=100 {
+        j.append(&payload(i, 3000)).unwrap();
+    }
+    let before = vfs.read_dir(&dir).unwrap().len();
+    j.release(80);
+    for i in 101..=200 {
+        j.append(&payload(i, 3000)).unwrap();
+    }
+    let after = vfs.read_dir(&dir).unwrap().len();
+    assert!(
+        after <= before + 1,
+        "segments were not recycled: {before} -> {after}"
+    );
+    drop(j);
+    let j = Journal::open(vfs, &dir, small_options()).unwrap();
+    let got = all(&j);
+    assert_eq!(got.last().unwrap().0, 200);
+    assert!(got.first().unwrap().0 <= 81);
+    for (lsn, p) in got {
+        assert_eq!(p, payload(lsn, 3000));
+    }
+}
+
+#[test]
+fn truncate_after_discards_durably() {
+    let (vfs, dir) = sim();
+    let j = Journal::open(vfs.clone(), &dir, small_options()).unwrap();
+    for i in 1..=60 {
+        j.append(&payload(i, 2000)).unwrap();
+    }
+    j.truncate_after(25).unwrap();
+    assert_eq!(j.next_lsn(), 26);
+    assert_eq!(j.append(b"new 26").unwrap(), 26);
+    drop(j);
+    vfs.crash(CrashMode::PowerLoss);
+    let j = Journal::open(vfs.clone(), &dir, small_options()).unwrap();
+    let got = all(&j);
+    assert_eq!(got.len(), 26);
+    assert_eq!(got[25].1, b"new 26");
+    j.truncate_after(26).unwrap();
+    j.truncate_after(10).unwrap();
+    drop(j);
+    vfs.crash(CrashMode::PowerLoss);
+    let j = Journal::open(vfs, &dir, small_options()).unwrap();
+    assert_eq!(all(&j).len(), 10);
+}
+
+#[test]
+fn bad_options_are_rejected() {
+    let (vfs, dir) = sim();
+    let bad = JournalOptions {
+        method: Some(WriteMethod::Buffered),
+        ..small_options()
+    };
+    assert!(matches!(
+        Journal::open(vfs.clone(), &dir, bad),
+        Err(JournalError::BadOptions(_))
+    ));
+    let bad = JournalOptions {
+        segment_size_bytes: 5000,
+        ..small_options()
+    };
+    assert!(matches!(
+        Journal::open(vfs, &dir, bad),
+        Err(JournalError::BadOptions(_))
+    ));
+}
