@@ -242,7 +242,7 @@ impl Sink {
 
 /// Run the client: begin the run at the recorder, prepare the file, write
 /// until `stop`, the duration or the write count, end the run. `tick` is
-/// called about ten times a second with the counters and elapsed time.
+/// called about a hundred times a second with the counters and elapsed time.
 pub fn run(
     vfs: Arc<dyn Vfs>,
     target: &Target,
@@ -265,7 +265,7 @@ pub fn run(
                 .push(s.spawn(move || writer?.run(stop).with_context(|| format!("writer {id}"))));
         }
         while !handles.iter().all(|h| h.is_finished()) {
-            std::thread::sleep(Duration::from_millis(100));
+            std::thread::sleep(Duration::from_millis(10));
             tick(&counters, start.elapsed());
             if cfg.duration.is_some_and(|d| start.elapsed() >= d) {
                 stop.store(true, Ordering::SeqCst);

@@ -18,6 +18,8 @@ pub mod wire;
 
 #[cfg(test)]
 mod cycle_tests;
+#[cfg(test)]
+mod sim_tests;
 
 use std::net::{SocketAddr, TcpListener, ToSocketAddrs};
 use std::path::PathBuf;

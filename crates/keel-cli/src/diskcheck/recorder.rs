@@ -158,11 +158,13 @@ impl Link {
             match attempt {
                 Ok(()) => return Ok(()),
                 Err(e) if e.is::<Refused>() => return Err(e),
-                Err(e) if Instant::now() >= deadline => return Err(e.context(format!(
+                Err(e) if Instant::now() >= deadline => {
+                    return Err(e.context(format!(
                     "lost the diskcheck server at {} ({why}) and could not reconnect within {} s",
                     self.addr,
                     self.retry_for.as_secs()
-                ))),
+                )))
+                }
                 Err(_) => std::thread::sleep(RECONNECT_PAUSE),
             }
         }
