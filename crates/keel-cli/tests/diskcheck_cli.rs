@@ -105,7 +105,15 @@ fn write_verify_then_lost_and_torn_blocks() {
 
     // Unreachable server: a clear error and no file.
     let out = run(keel()
-        .args(["diskcheck", "write", "--server", "127.0.0.1:1", "--size", "1M", "--file"])
+        .args([
+            "diskcheck",
+            "write",
+            "--server",
+            "127.0.0.1:1",
+            "--size",
+            "1M",
+            "--file",
+        ])
         .arg(&file));
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
@@ -113,16 +121,37 @@ fn write_verify_then_lost_and_torn_blocks() {
     assert!(!file.exists());
     // A size that is not a whole number of blocks.
     let out = run(keel()
-        .args(["diskcheck", "write", "--server", &server.addr, "--size", "10000", "--file"])
+        .args([
+            "diskcheck",
+            "write",
+            "--server",
+            &server.addr,
+            "--size",
+            "10000",
+            "--file",
+        ])
         .arg(&file));
     assert!(!out.status.success());
 
     let out = run(keel()
         .args(["diskcheck", "write", "--json", "--server", &server.addr])
-        .args(["--size", "1M", "--block", "4K", "--threads", "2", "--writes", "600"])
+        .args([
+            "--size",
+            "1M",
+            "--block",
+            "4K",
+            "--threads",
+            "2",
+            "--writes",
+            "600",
+        ])
         .args(["--method", "fdatasync", "--file"])
         .arg(&file));
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let summary: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(summary["writes"], 600);
 
@@ -130,7 +159,10 @@ fn write_verify_then_lost_and_torn_blocks() {
     assert!(ok, "{r}");
     assert_eq!(r["errors"], 0);
     assert_eq!(r["in_flight"], 0);
-    assert!(r["acked"].as_u64().unwrap() > 0 && r["fine"] == r["acked"], "{r}");
+    assert!(
+        r["acked"].as_u64().unwrap() > 0 && r["fine"] == r["acked"],
+        "{r}"
+    );
 
     // Put an acknowledged block back to its previous generation.
     let mut bytes = std::fs::read(&file).unwrap();
@@ -139,13 +171,21 @@ fn write_verify_then_lost_and_torn_blocks() {
         .expect("a block written twice");
     let b = &bytes[pos * BLOCK..(pos + 1) * BLOCK];
     let (run_id, generation, time) = (le64(b, 16), le64(b, 32), le64(b, 48));
-    assert_eq!(spec_block(run_id, pos as u64, generation, time)[..56], b[..56], "header per the spec");
+    assert_eq!(
+        spec_block(run_id, pos as u64, generation, time)[..56],
+        b[..56],
+        "header per the spec"
+    );
     let older = spec_block(run_id, pos as u64, generation - 1, time);
     bytes[pos * BLOCK..(pos + 1) * BLOCK].copy_from_slice(&older);
     std::fs::write(&file, &bytes).unwrap();
     let (ok, r) = verify_json(&server.addr, &file);
     assert!(!ok, "verify must fail when an acknowledged write is lost");
-    assert_eq!((r["lost"].as_u64(), r["torn"].as_u64()), (Some(1), Some(0)), "{r}");
+    assert_eq!(
+        (r["lost"].as_u64(), r["torn"].as_u64()),
+        (Some(1), Some(0)),
+        "{r}"
+    );
     assert_eq!(r["error_blocks"][0]["block"], pos);
 
     // Corrupt one byte of another acknowledged block.
@@ -156,7 +196,11 @@ fn write_verify_then_lost_and_torn_blocks() {
     std::fs::write(&file, &bytes).unwrap();
     let (ok, r) = verify_json(&server.addr, &file);
     assert!(!ok);
-    assert_eq!((r["lost"].as_u64(), r["torn"].as_u64()), (Some(1), Some(1)), "{r}");
+    assert_eq!(
+        (r["lost"].as_u64(), r["torn"].as_u64()),
+        (Some(1), Some(1)),
+        "{r}"
+    );
 
     // The wrong file.
     std::fs::write(dir.join("other.bin"), vec![0u8; 65536]).unwrap();

@@ -261,8 +261,15 @@ pub fn run(
         let mut handles = Vec::new();
         for id in 0..cfg.threads {
             let writer = Writer::new(cfg, id, &sink, Arc::clone(&file), align, &counters);
-            handles
-                .push(s.spawn(move || writer?.run(stop).with_context(|| format!("writer {id}"))));
+            handles.push(s.spawn(move || {
+                let result = writer.and_then(|w| w.run(stop));
+                if result.is_err() {
+                    // One writer's failure ends the run: the others finish
+                    // their announced writes and report them.
+                    stop.store(true, Ordering::SeqCst);
+                }
+                result.with_context(|| format!("writer {id}"))
+            }));
         }
         while !handles.iter().all(|h| h.is_finished()) {
             std::thread::sleep(Duration::from_millis(10));

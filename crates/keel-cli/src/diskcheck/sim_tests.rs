@@ -240,8 +240,8 @@ fn misdirecting_disk_is_caught() {
     assert!(misdirected > 0);
 }
 
-/// A failed write (disk full) or sync (EIO) stops the client with a clear
-/// error, and is not retried: the block stays "in flight" and everything
+/// A failed write (disk full) or sync (EIO) stops the client (every
+/// writer) with a clear error, and is not retried: the block stays "in flight" and everything
 /// acknowledged before verifies.
 #[test]
 fn write_and_sync_errors_stop_the_client() {
@@ -254,7 +254,9 @@ fn write_and_sync_errors_stop_the_client() {
         let disk = SimVfs::new(2);
         prepare(&disk, WriteMethod::Fdatasync);
         disk.fail_after(kind, 40, errno);
-        let cfg = config(&disk_file(), BLOCKS, 1, WriteMethod::Fdatasync, WRITES, 3);
+        let mut cfg = config(&disk_file(), BLOCKS, 2, WriteMethod::Fdatasync, WRITES, 3);
+        // No limit: the failing writer must stop the other one.
+        cfg.max_writes = None;
         let err = write(disk.clone(), &handle, &cfg).unwrap_err();
         assert!(format!("{err:#}").contains(words), "{err:#}");
         disk.crash(CrashMode::PowerLoss);
