@@ -151,9 +151,13 @@ pub fn check(vfs: &dyn Vfs, cfg: &WriteConfig) -> anyhow::Result<()> {
             bail!("--method {} needs blocks that are multiples of the device's {align}-byte logical block", cfg.method);
         }
     }
+    let dir = parent(&cfg.file);
+    if !vfs.exists(dir)? {
+        bail!("directory {} does not exist", dir.display());
+    }
     let existing = existing_len(vfs, &cfg.file)?;
     let needed = cfg.size_bytes.saturating_sub(existing);
-    let free = vfs.free_space(parent(&cfg.file))?;
+    let free = vfs.free_space(dir)?;
     if needed > free {
         bail!(
             "not enough free space for {}: {needed} more bytes needed, {free} available; free some space or choose a smaller --size",

@@ -193,6 +193,10 @@ fn bad_input_is_refused_clearly() {
     huge.size_bytes = 1 << 60;
     let err = client::check(vfs.as_ref(), &huge).unwrap_err();
     assert!(format!("{err:#}").contains("free space"), "{err:#}");
+    let mut no_dir = cfg.clone();
+    no_dir.file = dir.join("missing").join("disk.bin");
+    let err = client::check(vfs.as_ref(), &no_dir).unwrap_err();
+    assert!(format!("{err:#}").contains("does not exist"), "{err:#}");
     let mut buffered = cfg.clone();
     buffered.method = WriteMethod::Buffered;
     assert!(client::check(vfs.as_ref(), &buffered).is_err());

@@ -96,7 +96,8 @@ pub struct WriteArgs {
     /// Concurrent writers, each in its own region of the file.
     #[arg(long, default_value_t = 1)]
     threads: u32,
-    /// Durable write method (see `keel bench methods`).
+    /// Durable write method: fsync, fdatasync, odsync, odirect_dsync,
+    /// pwritev2_dsync, uring_odirect_dsync or uring_fdatasync.
     #[arg(long, default_value = "odirect_dsync")]
     method: WriteMethod,
     /// Stop after this long (e.g. 30, 30s, 5m); default: until Ctrl-C or
@@ -311,8 +312,10 @@ fn print_report(r: &verify::Report, listed_all: bool) {
             .found_gen
             .map_or("damaged".to_string(), |g| format!("generation {g}"));
         println!(
-            "  block {}: {:?}, acknowledged generation {}, found {found}",
-            e.block, e.kind, e.acked_gen
+            "  block {}: {}, acknowledged generation {}, found {found}",
+            e.block,
+            e.kind.name(),
+            e.acked_gen
         );
     }
     if !listed_all {

@@ -81,6 +81,18 @@ pub enum Verdict {
 }
 
 impl Verdict {
+    /// The name used in reports (as in the JSON field names).
+    pub fn name(self) -> &'static str {
+        match self {
+            Verdict::Fine => "fine",
+            Verdict::InFlight => "in_flight",
+            Verdict::Lost => "lost",
+            Verdict::Torn => "torn",
+            Verdict::Misdirected => "misdirected",
+            Verdict::Unannounced => "unannounced",
+        }
+    }
+
     pub fn is_error(self) -> bool {
         !matches!(self, Verdict::Fine | Verdict::InFlight)
     }
@@ -439,6 +451,17 @@ mod tests {
         assert_eq!(c(None, valid(RUN, 5, 1)), Some(Unannounced));
         assert_eq!(c(None, Decoded::Zero), None);
         assert_eq!(c(None, valid(RUN + 1, 5, 1)), None);
+    }
+
+    #[test]
+    fn names_match_the_json() {
+        use Verdict::*;
+        for v in [Fine, InFlight, Lost, Torn, Misdirected, Unannounced] {
+            assert_eq!(
+                serde_json::to_string(&v).unwrap(),
+                format!("\"{}\"", v.name())
+            );
+        }
     }
 
     #[test]
