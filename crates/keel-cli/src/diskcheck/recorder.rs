@@ -85,8 +85,13 @@ impl Link {
             pending: VecDeque::new(),
             next_ticket: 1,
         };
-        link.open_connection()
-            .map_err(|e| e.context(format!("cannot reach the diskcheck server at {addr}")))?;
+        link.open_connection().map_err(|e| {
+            if e.is::<Refused>() {
+                e
+            } else {
+                e.context(format!("cannot reach the diskcheck server at {addr}"))
+            }
+        })?;
         Ok(link)
     }
 

@@ -112,7 +112,12 @@ impl Server {
             if stop.load(Ordering::SeqCst) {
                 break;
             }
-            let Ok(stream) = stream else { continue };
+            let Ok(stream) = stream else {
+                // Out of descriptors or a connection reset before accept:
+                // do not spin.
+                std::thread::sleep(std::time::Duration::from_millis(10));
+                continue;
+            };
             let Ok(clone) = stream.try_clone() else {
                 continue;
             };
