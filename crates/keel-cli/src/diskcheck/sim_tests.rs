@@ -217,9 +217,10 @@ fn lying_disk_every_lost_write_is_reported() {
             );
         }
         if method == WriteMethod::OdirectDsync {
-            // Every write is durable when it returns: only the write hit by
-            // the crash can be torn, and it was never acknowledged.
-            assert_eq!(r.torn, 0, "seed {seed}");
+            // Every write is durable when it returns: only the one write
+            // hit by the crash point can be torn, and it shows as torn only
+            // if the acknowledged write under it was lost by a lie.
+            assert!(r.torn <= 1, "seed {seed}: {r:?}");
         }
     }
 }
