@@ -30,7 +30,7 @@ use super::log::RunLog;
 use super::now_us;
 use super::recorder::{FileRecorder, Link, Recorder};
 use super::state::{Entry, RunMeta};
-use super::wire::{Request, MAX_ENTRIES};
+use super::wire::{truncate, Request, MAX_ENTRIES};
 
 /// Blocks announced per batch (at most; small regions get fewer).
 pub const DEFAULT_BATCH: usize = 32;
@@ -104,8 +104,9 @@ impl WriteConfig {
             threads: self.threads,
             started_us: now_us(),
             method: self.method.name().to_string(),
-            file: self.file.display().to_string(),
-            host: self.host.clone(),
+            // Only for display: a non-UTF-8 path may grow when made readable.
+            file: truncate(&self.file.display().to_string()).to_string(),
+            host: truncate(&self.host).to_string(),
         }
     }
 

@@ -330,7 +330,8 @@ impl Reply {
     }
 }
 
-fn truncate(msg: &str) -> &str {
+/// `msg` cut to at most [`MAX_STRING_BYTES`], at a character boundary.
+pub fn truncate(msg: &str) -> &str {
     let mut end = msg.len().min(MAX_STRING_BYTES);
     while !msg.is_char_boundary(end) {
         end -= 1;
