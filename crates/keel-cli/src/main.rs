@@ -6,6 +6,7 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 
 mod bench;
+mod diskcheck;
 #[allow(dead_code)] // helpers for the commands; some are not used by every build yet
 mod util;
 
@@ -26,6 +27,9 @@ enum Command {
     /// Benchmarks of durable-write methods and of Keel itself.
     #[command(subcommand)]
     Bench(bench::BenchCommand),
+    /// Check that a disk keeps the writes it acknowledged (diskchecker.pl).
+    #[command(subcommand)]
+    Diskcheck(diskcheck::DiskcheckCommand),
 }
 
 #[allow(unreachable_code, unused_variables)]
@@ -33,6 +37,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Bench(cmd) => bench::run(cmd),
+        Command::Diskcheck(cmd) => diskcheck::run(cmd),
     };
     match result {
         Ok(code) => code,

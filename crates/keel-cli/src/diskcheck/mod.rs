@@ -1,0 +1,393 @@
+//! `keel diskcheck`: does this disk keep the writes it acknowledged?
+//!
+//! A client (`write`) on the machine under test writes self-describing
+//! blocks and makes each durable, telling a server (`listen`) on another
+//! machine before each write and after each sync. After a power cut and a
+//! reboot, `verify` reads the blocks back and counts acknowledged writes
+//! that were lost, torn or misdirected. The protocol, the block format and a
+//! step-by-step power-cut procedure are in `docs/diskcheck.md`.
+
+pub mod block;
+pub mod client;
+pub mod log;
+pub mod recorder;
+pub mod server;
+pub mod state;
+pub mod verify;
+pub mod wire;
+
+#[cfg(test)]
+mod cycle_tests;
+#[cfg(test)]
+mod sim_tests;
+
+use std::net::{SocketAddr, TcpListener, ToSocketAddrs};
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use anyhow::Context;
+use clap::{Args, Subcommand};
+use keel::io::{DeviceInfo, RealVfs, WriteMethod};
+
+use crate::util::Size;
+
+/// Microseconds since the Unix epoch on this machine's clock.
+pub fn now_us() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_micros() as u64)
+}
+
+#[derive(Subcommand, Debug)]
+pub enum DiskcheckCommand {
+    /// The server: durably record what clients announce and acknowledge.
+    /// Run it on a machine whose power stays on.
+    Listen(ListenArgs),
+    /// The client: write and sync random blocks on the disk under test,
+    /// reporting each write; cut the power while it runs.
+    Write(WriteArgs),
+    /// After the reboot: read the blocks back and count acknowledged writes
+    /// that were lost.
+    Verify(VerifyArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct ListenArgs {
+    /// TCP port to listen on.
+    #[arg(long, default_value_t = 5400)]
+    port: u16,
+    /// Address to bind; use 0.0.0.0 to accept clients from other machines.
+    #[arg(long, default_value = "127.0.0.1")]
+    bind: String,
+    /// Directory for the server's durable records (created if missing).
+    #[arg(long, default_value = "keel-diskcheck-state")]
+    state: PathBuf,
+}
+
+/// Where the writes are recorded: exactly one of the two.
+#[derive(Args, Debug)]
+#[group(required = true, multiple = false)]
+pub struct RecorderArgs {
+    /// The `keel diskcheck listen` server, HOST:PORT.
+    #[arg(long)]
+    server: Option<String>,
+    /// Single-machine mode: record in this file, which must be on another
+    /// device than --file (a lying disk would lose both otherwise).
+    #[arg(long)]
+    ack_file: Option<PathBuf>,
+}
+
+#[derive(Args, Debug)]
+pub struct WriteArgs {
+    #[command(flatten)]
+    recorder: RecorderArgs,
+    /// The file on the disk under test (created, or extended, to --size).
+    #[arg(long)]
+    file: PathBuf,
+    /// Size of the file, e.g. 64M, 4G.
+    #[arg(long)]
+    size: Size,
+    /// Block size; every write is one block.
+    #[arg(long, default_value = "16K")]
+    block: Size,
+    /// Concurrent writers, each in its own region of the file.
+    #[arg(long, default_value_t = 1)]
+    threads: u32,
+    /// Durable write method: fsync, fdatasync, odsync, odirect_dsync,
+    /// pwritev2_dsync, uring_odirect_dsync or uring_fdatasync.
+    #[arg(long, default_value = "odirect_dsync")]
+    method: WriteMethod,
+    /// Stop after this long (e.g. 30, 30s, 5m); default: until Ctrl-C or
+    /// the power cut.
+    #[arg(long, value_parser = parse_duration)]
+    duration: Option<Duration>,
+    /// Stop after this many writes in all.
+    #[arg(long)]
+    writes: Option<u64>,
+    /// Seed of the block choice (default: random).
+    #[arg(long)]
+    seed: Option<u64>,
+    /// How long to keep trying to reconnect to a server that went away.
+    #[arg(long, default_value = "60s", value_parser = parse_duration)]
+    reconnect: Duration,
+    /// Print the summary as JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Args, Debug)]
+pub struct VerifyArgs {
+    #[command(flatten)]
+    recorder: RecorderArgs,
+    /// The file `write` wrote.
+    #[arg(long)]
+    file: PathBuf,
+    /// Verify this run (hex id) instead of the newest one found in the file.
+    #[arg(long, value_parser = parse_run_id)]
+    run: Option<u64>,
+    /// Print the report as JSON.
+    #[arg(long)]
+    json: bool,
+    /// Most error blocks listed one by one.
+    #[arg(long, default_value_t = 100)]
+    max_listed: usize,
+}
+
+pub fn run(cmd: DiskcheckCommand) -> anyhow::Result<ExitCode> {
+    match cmd {
+        DiskcheckCommand::Listen(a) => listen(a),
+        DiskcheckCommand::Write(a) => write(a),
+        DiskcheckCommand::Verify(a) => verify_cmd(a),
+    }
+}
+
+fn listen(a: ListenArgs) -> anyhow::Result<ExitCode> {
+    let (server, report) = server::Server::open(RealVfs::shared(), &a.state, true)?;
+    let listener = TcpListener::bind((a.bind.as_str(), a.port))
+        .with_context(|| format!("cannot listen on {}:{}", a.bind, a.port))?;
+    let handle = server.serve(listener)?;
+    eprintln!(
+        "listening on {}, records in {} ({} run(s) loaded{})",
+        handle.addr(),
+        a.state.display(),
+        report.runs,
+        if report.torn_tails > 0 {
+            format!(", {} torn tail(s) cut", report.torn_tails)
+        } else {
+            String::new()
+        }
+    );
+    let stop = Arc::new(AtomicBool::new(false));
+    let s = Arc::clone(&stop);
+    ctrlc::set_handler(move || s.store(true, Ordering::SeqCst))?;
+    while !stop.load(Ordering::SeqCst) {
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    handle.shutdown();
+    Ok(ExitCode::SUCCESS)
+}
+
+fn resolve(addr: &str) -> anyhow::Result<SocketAddr> {
+    addr.to_socket_addrs()
+        .with_context(|| format!("`{addr}` is not a HOST:PORT address"))?
+        .next()
+        .with_context(|| format!("`{addr}` resolves to no address"))
+}
+
+fn write(a: WriteArgs) -> anyhow::Result<ExitCode> {
+    let vfs = RealVfs::shared();
+    let target = match (&a.recorder.server, &a.recorder.ack_file) {
+        (Some(s), _) => client::Target::Server {
+            addr: resolve(s)?,
+            retry_for: a.reconnect,
+        },
+        (None, Some(p)) => {
+            warn_same_device(&a.file, p);
+            client::Target::AckFile(p.clone())
+        }
+        (None, None) => unreachable!("clap requires one recorder"),
+    };
+    let block_bytes = u32::try_from(a.block.bytes()).context("--block is too large")?;
+    let cfg = client::WriteConfig {
+        file: a.file,
+        size_bytes: a.size.bytes(),
+        block_bytes,
+        threads: a.threads,
+        method: a.method,
+        duration: a.duration,
+        max_writes: a.writes,
+        seed: a.seed.unwrap_or_else(rand::random),
+        run_id: rand::random::<u64>().max(1),
+        host: host_name(),
+        batch: client::DEFAULT_BATCH,
+    };
+    let stop = Arc::new(AtomicBool::new(false));
+    let s = Arc::clone(&stop);
+    ctrlc::set_handler(move || s.store(true, Ordering::SeqCst))?;
+    let bar = indicatif::ProgressBar::new_spinner();
+    let mut last = (0u64, Duration::ZERO);
+    let mut tick = |c: &client::Counters, t: Duration| {
+        let n = c.writes.load(Ordering::Relaxed);
+        let dt = (t - last.1).as_secs_f64();
+        if dt >= 0.5 {
+            let now_rate = (n - last.0) as f64 / dt;
+            let avg = n as f64 / t.as_secs_f64();
+            bar.set_message(format!(
+                "{n} durable writes, {now_rate:.0}/s now, {avg:.0}/s average, {:.0} s",
+                t.as_secs_f64()
+            ));
+            bar.tick();
+            last = (n, t);
+        }
+    };
+    let summary = client::run(vfs, &target, &cfg, &stop, &mut tick);
+    bar.finish_and_clear();
+    let summary = summary?;
+    if a.json {
+        println!("{}", serde_json::to_string(&summary)?);
+    } else {
+        println!(
+            "run {}: {} durable writes of {} in {:.1} s with {} thread(s), method {}: {:.0} writes/s, {:.1} MiB/s",
+            summary.run_id,
+            summary.writes,
+            a.block,
+            summary.seconds,
+            summary.threads,
+            summary.method,
+            summary.writes_per_s,
+            summary.mib_per_s
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn verify_cmd(a: VerifyArgs) -> anyhow::Result<ExitCode> {
+    let vfs = RealVfs::shared();
+    let mut source: Box<dyn verify::RunSource> = match (&a.recorder.server, &a.recorder.ack_file) {
+        (Some(s), _) => Box::new(verify::ServerSource(resolve(s)?)),
+        (None, Some(p)) => Box::new(verify::AckFileSource {
+            vfs: Arc::clone(&vfs),
+            path: p.clone(),
+        }),
+        (None, None) => unreachable!("clap requires one recorder"),
+    };
+    let mut report = verify::verify(vfs.as_ref(), source.as_mut(), &a.file, a.run)?;
+    let listed_all = report.error_blocks.len() <= a.max_listed;
+    report.error_blocks.truncate(a.max_listed);
+    if a.json {
+        println!("{}", serde_json::to_string(&report)?);
+    } else {
+        print_report(&report, listed_all);
+    }
+    for w in &report.warnings {
+        eprintln!("warning: {w}");
+    }
+    Ok(if report.errors > 0 {
+        ExitCode::FAILURE
+    } else {
+        ExitCode::SUCCESS
+    })
+}
+
+fn print_report(r: &verify::Report, listed_all: bool) {
+    println!(
+        "run {} from {} ({} blocks of {} bytes, {} thread(s), {}), recorded by {}{}",
+        r.run_id,
+        r.host,
+        r.blocks,
+        r.block_bytes,
+        r.threads,
+        r.method,
+        r.recorded_by,
+        if r.run_ended_cleanly {
+            "; the run ended cleanly"
+        } else {
+            ""
+        }
+    );
+    println!("blocks with an acknowledged write: {}", r.acked);
+    println!("  fine         {:>10}", r.fine);
+    println!(
+        "  in flight    {:>10}  (a write was under way: old or new content are both correct)",
+        r.in_flight
+    );
+    println!("  lost         {:>10}", r.lost);
+    println!("  torn         {:>10}", r.torn);
+    println!("  misdirected  {:>10}", r.misdirected);
+    println!("  unannounced  {:>10}", r.unannounced);
+    if r.errors == 0 {
+        println!("no error: every acknowledged write was found");
+        return;
+    }
+    println!("ERRORS: {}", r.errors);
+    println!("errors by seconds before the end of the run:");
+    for b in &r.histogram {
+        println!("  {:>6} s  {}", b.seconds_before_end, b.errors);
+    }
+    for e in &r.error_blocks {
+        let found = e
+            .found_gen
+            .map_or("damaged".to_string(), |g| format!("generation {g}"));
+        println!(
+            "  block {}: {}, acknowledged generation {}, found {found}",
+            e.block,
+            e.kind.name(),
+            e.acked_gen
+        );
+    }
+    if !listed_all {
+        println!("  … (more; raise --max-listed)");
+    }
+}
+
+/// The single-machine mode is only meaningful with the ack file elsewhere.
+fn warn_same_device(file: &std::path::Path, ack_file: &std::path::Path) {
+    let (a, b) = (DeviceInfo::for_path(file), DeviceInfo::for_path(ack_file));
+    if a.device.is_some() && a.device == b.device {
+        eprintln!(
+            "warning: {} and {} are on the same device ({}): a disk that loses writes can lose the \
+             acknowledgements too, and the test proves little",
+            file.display(),
+            ack_file.display(),
+            a.device.unwrap_or_default()
+        );
+    }
+}
+
+fn host_name() -> String {
+    rustix::system::uname()
+        .nodename()
+        .to_string_lossy()
+        .into_owned()
+}
+
+/// `30`, `30s`, `500ms`, `5m`, `1h`.
+fn parse_duration(s: &str) -> Result<Duration, String> {
+    let t = s.trim();
+    let split = t
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(t.len());
+    let (num, unit) = t.split_at(split);
+    let n: f64 = num
+        .parse()
+        .map_err(|_| format!("`{s}` is not a duration (e.g. 30s, 5m)"))?;
+    let secs = match unit {
+        "" | "s" => n,
+        "ms" => n / 1000.0,
+        "m" | "min" => n * 60.0,
+        "h" => n * 3600.0,
+        _ => return Err(format!("`{s}`: unknown unit `{unit}` (use ms, s, m or h)")),
+    };
+    Duration::try_from_secs_f64(secs).map_err(|_| format!("`{s}` is out of range"))
+}
+
+fn parse_run_id(s: &str) -> Result<u64, String> {
+    u64::from_str_radix(s.trim_start_matches("0x"), 16)
+        .map_err(|_| format!("`{s}` is not a hex run id"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations() {
+        assert_eq!(parse_duration("5"), Ok(Duration::from_secs(5)));
+        assert_eq!(parse_duration("1.5s"), Ok(Duration::from_millis(1500)));
+        assert_eq!(parse_duration("250ms"), Ok(Duration::from_millis(250)));
+        assert_eq!(parse_duration("2m"), Ok(Duration::from_secs(120)));
+        assert!(parse_duration("x").is_err());
+        assert!(parse_duration("5d").is_err());
+        assert_eq!(parse_run_id("00ff"), Ok(255));
+        assert!(parse_run_id("zz").is_err());
+    }
+
+    #[test]
+    fn bad_addresses_are_clear_errors() {
+        let err = resolve("no-port").unwrap_err();
+        assert!(format!("{err:#}").contains("HOST:PORT"), "{err:#}");
+    }
+}
