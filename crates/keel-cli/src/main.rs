@@ -7,7 +7,6 @@ use clap::{Parser, Subcommand};
 
 mod bench;
 mod diskcheck;
-#[allow(dead_code)] // helpers for the commands; some are not used by every build yet
 mod util;
 
 #[derive(Parser, Debug)]
@@ -32,7 +31,6 @@ enum Command {
     Diskcheck(diskcheck::DiskcheckCommand),
 }
 
-#[allow(unreachable_code, unused_variables)]
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {

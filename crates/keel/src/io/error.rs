@@ -10,12 +10,13 @@ pub type Result<T> = std::result::Result<T, IoError>;
 #[non_exhaustive]
 pub enum IoError {
     /// The operating system refused an operation.
-    #[error("{op} {path}: {source}")]
+    // The OS error is part of the message and deliberately not a `source`:
+    // chained printers (`{:#}`) would show it twice.
+    #[error("{op} {path}: {error}")]
     Os {
         op: &'static str,
         path: PathBuf,
-        #[source]
-        source: std::io::Error,
+        error: std::io::Error,
     },
     /// `O_DIRECT` was refused (tmpfs and some network file systems answer
     /// `EINVAL`).
@@ -71,14 +72,14 @@ impl IoError {
         IoError::Os {
             op,
             path: path.into(),
-            source,
+            error: source,
         }
     }
 
     /// The `errno` behind this error, if it came from (or imitates) the OS.
     pub fn raw_os_error(&self) -> Option<i32> {
         match self {
-            IoError::Os { source, .. } => source.raw_os_error(),
+            IoError::Os { error, .. } => error.raw_os_error(),
             IoError::NoSpace { .. } => Some(libc::ENOSPC),
             IoError::NotFound { .. } => Some(libc::ENOENT),
             IoError::DirectUnsupported { .. } | IoError::Misaligned { .. } => Some(libc::EINVAL),
