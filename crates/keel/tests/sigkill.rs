@@ -26,7 +26,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use keel::io::{RealVfs, WriteMethod};
-use keel::journal::{Journal, JournalOptions, Lsn};
+use keel::journal::{Journal, JournalError, JournalOptions, Lsn};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 
@@ -64,6 +64,23 @@ fn parse_record(p: &[u8]) -> Option<(u32, u64, usize)> {
     (record(thread, counter, len) == p).then_some((thread, counter, len))
 }
 
+/// Open the journal, retrying while its lock is briefly held elsewhere: a
+/// process that another test thread forks inherits every descriptor until
+/// it execs, the lock file's included, and on a loaded machine that window
+/// can outlast the previous holder.
+fn open_retrying(dir: &Path, method: WriteMethod) -> Journal {
+    let mut tries = 0;
+    loop {
+        match Journal::open(RealVfs::shared(), dir, options(method)) {
+            Err(JournalError::Locked(_)) if tries < 400 => {
+                tries += 1;
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            r => return r.unwrap(),
+        }
+    }
+}
+
 fn method_from_env() -> WriteMethod {
     match std::env::var("KEEL_CHILD_METHOD").as_deref() {
         Ok("fdatasync") => WriteMethod::Fdatasync,
@@ -87,7 +104,7 @@ fn child_main(dir: &Path) {
         .ok()
         .and_then(|s| s.parse().ok())
         .unwrap_or(0);
-    let j = Arc::new(Journal::open(RealVfs::shared(), dir, options(method_from_env())).unwrap());
+    let j = Arc::new(open_retrying(dir, method_from_env()));
     let mut out = std::io::stdout().lock();
     writeln!(out, "open {}", j.next_lsn()).unwrap();
     out.flush().unwrap();
@@ -205,7 +222,7 @@ fn check_recovered(
     method: WriteMethod,
     acked: &BTreeMap<Lsn, (u32, u64, usize)>,
 ) -> Lsn {
-    let j = Journal::open(RealVfs::shared(), dir, options(method)).unwrap();
+    let j = open_retrying(dir, method);
     let mut got = BTreeMap::new();
     let mut prev: Option<Lsn> = None;
     for r in j.read_from(0).unwrap() {

@@ -1,27 +1,44 @@
 //! Group commit: where a record becomes durable.
 //!
-//! Committers encode their record into the open *batch* under a short lock
-//! (a copy, no I/O). Whoever waits first while no write is in flight becomes
-//! the **leader**: it takes the batch at the front of the queue, writes it
-//! with the journal's durable method *without holding the lock*, publishes
-//! the new durable LSN, and wakes that batch's waiters — all of them with one
-//! futex wake on the batch's slot, none of the others. Records that arrive
-//! during the write gather in the next batch; when the leader is done it
-//! hands leadership to the first waiter of the next batch (one targeted
-//! unpark), which writes it. So each committer sleeps once and is woken
-//! once, and a lone committer writes its own record with no hand-off at all.
+//! **Reserving without a lock.** Records are packed into the open *batch*
+//! (a slab: one block-aligned buffer destined for one place in the active
+//! segment). A committer reserves its bytes and its LSN with a single
+//! `fetch_add` on the batch's reservation word (record count and end offset
+//! packed in one `u64`), copies its header and payload into its own range,
+//! and counts itself done. No mutex on the append path, so a burst of
+//! committers woken together never convoys behind a lock.
+//!
+//! **Sealing.** A batch is closed by setting the word's sealed bit, under
+//! the journal mutex: by the leader that is about to write it, or by a
+//! committer whose record did not fit (it overflowed the batch's capacity).
+//! The sealer waits for the reservations made before the seal to finish
+//! copying, computes the batch's final length (every reservation that fits
+//! — they form a prefix, because offsets grow monotonically), queues it, and
+//! installs the next batch, which starts with the partial last block of this
+//! one so that batches need not start on a fresh block. Reservations that
+//! arrive after the seal are void and retry on the next batch.
+//!
+//! **Writing.** Whoever waits first while no write is in flight becomes the
+//! **leader** (one compare-and-swap): it writes the queued batches up to its
+//! own with the journal's durable method *without holding the mutex*,
+//! publishes the new durable LSN and wakes that batch's waiters — all of
+//! them with one futex wake on the batch's slot, none of the others. Then it
+//! stops leading and wakes exactly one waiter of the next pending batch,
+//! which takes over. So each committer sleeps once and is woken once, and a
+//! lone committer writes its own record with no hand-off at all.
 //!
 //! One write is in flight at a time, so batch *k* is durable before batch
 //! *k+1* is written: acknowledgements follow the append order. A failed write
 //! or sync poisons the journal: the failing batch, every queued one and every
 //! later submit get the error; nothing is retried.
 
+use std::cell::UnsafeCell;
 use std::collections::VecDeque;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
-use std::thread::Thread;
 
+use arc_swap::ArcSwapOption;
 use rustix::thread::futex;
 
 use super::format::{RecordHeader, FLAG_EPOCH_START, RECORD_HEADER_BYTES};
@@ -31,9 +48,26 @@ use super::{JournalError, JournalOptions, JournalStats, Lsn};
 use crate::io::{AlignedBuf, IoError, LockGuard, Vfs, VfsFile};
 
 /// Batches map onto this many futex words; waiters of batches that share a
-/// slot wake each other only when more than this many batches are queued.
+/// slot wake each other only when more than this many batches are pending.
 const SLOTS: usize = 64;
-const INITIAL_BATCH_BYTES: usize = 64 << 10;
+/// Buffers kept for reuse (allocating a zeroed megabyte per batch would
+/// cost more than the write).
+const POOL_BUFFERS: usize = 8;
+
+/// Reservation word layout: sealed bit, record count, end offset.
+const SEALED: u64 = 1 << 63;
+const COUNT_SHIFT: u32 = 40;
+const ONE_RECORD: u64 = 1 << COUNT_SHIFT;
+const END_MASK: u64 = ONE_RECORD - 1;
+const COUNT_MASK: u64 = !SEALED & !END_MASK;
+
+fn word_count(w: u64) -> u64 {
+    (w & COUNT_MASK) >> COUNT_SHIFT
+}
+
+fn word_end(w: u64) -> usize {
+    (w & END_MASK) as usize
+}
 
 /// A segment the journal has records in (or is appending to).
 #[derive(Debug, Clone)]
@@ -44,20 +78,84 @@ pub(super) struct SegMeta {
     pub last_lsn: Option<Lsn>,
 }
 
-/// Records gathered for one write.
-struct Batch {
+/// The open batch: committers reserve ranges of `buf` concurrently.
+struct Slab {
     id: u64,
-    buf: AlignedBuf,
-    /// Bytes used in `buf`, counting the rewritten prefix of the first block.
-    len: usize,
+    first_lsn: Lsn,
+    seq: u64,
+    salt: u32,
+    /// The record at index 0 carries `FLAG_EPOCH_START`.
+    epoch_start: bool,
     /// Where `buf[0]` goes in the segment file (block-aligned).
     offset: u64,
+    /// Reservations must end at or before this many bytes of `buf`.
+    capacity: usize,
     file: Arc<dyn VfsFile>,
-    last_lsn: Lsn,
+    buf: UnsafeCell<AlignedBuf>,
+    /// Raw start of `buf`, for the disjoint concurrent copies.
+    base: *mut u8,
+    /// `SEALED | count << COUNT_SHIFT | end`.
+    reserve: AtomicU64,
+    /// The smallest reservation word of a record that did not fit.
+    overflow: AtomicU64,
+    /// Reservations made before the seal that are finished (copied, or
+    /// found not to fit).
+    settled: AtomicU64,
+}
+
+// SAFETY: committers write only inside the byte ranges their `fetch_add` on
+// `reserve` gave them, which are disjoint; the buffer is read as a whole
+// only by the sealer after every reservation made before the seal has
+// settled (Release on `settled`, Acquire when reading it), and no range is
+// handed out after the seal.
+unsafe impl Sync for Slab {}
+// SAFETY: the raw pointer points into `buf`, owned by the slab.
+unsafe impl Send for Slab {}
+
+impl Slab {
+    /// Seal the batch and wait until every reservation made before the seal
+    /// has settled. Returns the record count and the end offset of the
+    /// records that fit. Callers hold the journal mutex.
+    fn seal(&self) -> (u64, usize) {
+        let word = self.reserve.fetch_or(SEALED, Ordering::AcqRel);
+        debug_assert_eq!(word & SEALED, 0, "a batch is sealed once");
+        let n = word_count(word);
+        let mut spins = 0u32;
+        while self.settled.load(Ordering::Acquire) < n {
+            // A copier is a few hundred nanoseconds from done — unless it
+            // was preempted; then let it run.
+            spins += 1;
+            if spins < 64 {
+                std::hint::spin_loop();
+            } else {
+                std::thread::yield_now();
+            }
+        }
+        let last = word.min(self.overflow.load(Ordering::Acquire));
+        (word_count(last), word_end(last))
+    }
+
+    /// The buffer, once sealed and settled.
+    ///
+    /// # Safety
+    /// The caller is the one thread that sealed the batch (under the mutex)
+    /// or that writes it (after taking it off the queue), every reservation
+    /// made before the seal has settled, and no other reference to the
+    /// buffer is live.
+    #[allow(clippy::mut_from_ref)] // exclusive by the protocol above
+    unsafe fn bytes_mut(&self) -> &mut AlignedBuf {
+        // SAFETY: exclusive access is the caller's obligation (see above).
+        unsafe { &mut *self.buf.get() }
+    }
+}
+
+/// A sealed batch waiting to be written.
+struct Sealed {
+    slab: Arc<Slab>,
+    /// Bytes used in the buffer, counting the rewritten prefix.
+    len: usize,
     records: u64,
-    sealed: bool,
-    /// The first thread that waits on this batch; it takes over as leader.
-    candidate: Option<Thread>,
+    last_lsn: Lsn,
 }
 
 pub(super) struct State {
@@ -66,18 +164,15 @@ pub(super) struct State {
     /// The next record starts a new epoch (first record after open or
     /// truncation).
     pub epoch_start_pending: bool,
-    /// Active segment and the append position in it (after queued records).
+    /// Active segment and the append position in it after the sealed
+    /// batches (the open batch starts here).
     pub active: ReadySegment,
     pub pos: u64,
     /// Bytes of the partly filled block at `pos`, rewritten by the next
-    /// write so that batches need not start on a fresh block.
+    /// batch.
     pub tail: Vec<u8>,
-    queue: VecDeque<Batch>,
+    queue: VecDeque<Sealed>,
     next_batch_id: u64,
-    /// A leader is active.
-    writing: bool,
-    /// Leadership handed to the candidate of this batch.
-    handoff_to: Option<u64>,
     pool: Vec<AlignedBuf>,
     pub segments: Vec<SegMeta>,
     pub spares: VecDeque<ReadySegment>,
@@ -98,12 +193,18 @@ pub(super) struct Shared {
     pub spec: SegmentSpec,
     pub options: JournalOptions,
     state: Mutex<State>,
+    /// The open batch; `None` while a rollover waits for a spare segment.
+    open: ArcSwapOption<Slab>,
     /// Wakes the preparer (spare needed, segment freed, shutdown) and
     /// committers waiting for a spare.
     spare_cv: Condvar,
     flusher_cv: Condvar,
     durable_lsn: AtomicU64,
     completed_batch: AtomicU64,
+    /// Id of the open batch (the highest that can have waiters).
+    open_id: AtomicU64,
+    /// A leader is writing.
+    writing: AtomicBool,
     poisoned: AtomicBool,
     slots: Vec<AtomicU32>,
     /// Held for the journal's lifetime: one process at a time.
@@ -119,19 +220,27 @@ impl Shared {
         lock: Box<dyn LockGuard>,
     ) -> Shared {
         let durable = state.next_lsn - 1;
-        Shared {
+        let shared = Shared {
             vfs,
             spec,
             options,
             state: Mutex::new(state),
+            open: ArcSwapOption::empty(),
             spare_cv: Condvar::new(),
             flusher_cv: Condvar::new(),
             durable_lsn: AtomicU64::new(durable),
             completed_batch: AtomicU64::new(0),
+            open_id: AtomicU64::new(0),
+            writing: AtomicBool::new(false),
             poisoned: AtomicBool::new(false),
             slots: (0..SLOTS).map(|_| AtomicU32::new(0)).collect(),
             _lock: lock,
+        };
+        {
+            let mut st = shared.lock();
+            install_slab(&shared, &mut st, 0);
         }
+        shared
     }
 
     fn lock(&self) -> MutexGuard<'_, State> {
@@ -143,7 +252,18 @@ impl Shared {
     }
 
     pub(super) fn next_lsn(&self) -> Lsn {
-        self.lock().next_lsn
+        let st = self.lock();
+        match self.open.load().as_ref() {
+            Some(slab) => {
+                let w = slab.reserve.load(Ordering::Acquire);
+                if w & SEALED != 0 {
+                    st.next_lsn
+                } else {
+                    slab.first_lsn + word_count(w)
+                }
+            }
+            None => st.next_lsn,
+        }
     }
 
     pub(super) fn poison_error(&self) -> Option<Arc<IoError>> {
@@ -183,8 +303,6 @@ impl State {
             tail,
             queue: VecDeque::new(),
             next_batch_id: 1,
-            writing: false,
-            handoff_to: None,
             pool: Vec::new(),
             segments,
             spares: VecDeque::new(),
@@ -258,129 +376,189 @@ pub(super) fn submit(shared: &Arc<Shared>, payload: &[u8]) -> Result<CommitHandl
             max,
         });
     }
-    let need = (RECORD_HEADER_BYTES + payload.len()) as u64;
+    let need = RECORD_HEADER_BYTES + payload.len();
+    loop {
+        if shared.poisoned.load(Ordering::Acquire) {
+            return Err(poison_result(shared));
+        }
+        let guard = shared.open.load();
+        let Some(slab) = guard.as_ref() else {
+            drop(guard);
+            slow_path(shared, None, need)?;
+            continue;
+        };
+        let prev = slab
+            .reserve
+            .fetch_add(ONE_RECORD | need as u64, Ordering::AcqRel);
+        if prev & SEALED == 0 {
+            let (index, at) = (word_count(prev), word_end(prev));
+            if at + need <= slab.capacity {
+                let lsn = slab.first_lsn + index;
+                let header = RecordHeader {
+                    len: payload.len() as u32,
+                    lsn,
+                    seq: slab.seq,
+                    salt: slab.salt,
+                    flags: if index == 0 && slab.epoch_start {
+                        FLAG_EPOCH_START
+                    } else {
+                        0
+                    },
+                };
+                // SAFETY: `[at, at + need)` lies inside the buffer
+                // (`capacity` ≤ its length) and was reserved by this thread
+                // alone; nobody reads it before `settled` counts it.
+                let out = unsafe { std::slice::from_raw_parts_mut(slab.base.add(at), need) };
+                header.encode(payload, out);
+                out[RECORD_HEADER_BYTES..].copy_from_slice(payload);
+                slab.settled.fetch_add(1, Ordering::Release);
+                return Ok(CommitHandle {
+                    shared: Arc::clone(shared),
+                    lsn,
+                    batch: slab.id,
+                });
+            }
+            // It does not fit: this batch ends before us.
+            slab.overflow.fetch_min(prev, Ordering::AcqRel);
+            slab.settled.fetch_add(1, Ordering::Release);
+        }
+        let id = slab.id;
+        drop(guard);
+        slow_path(shared, Some(id), need)?;
+    }
+}
+
+/// A reservation failed on batch `seen` (sealed, or too full for `need`
+/// bytes), or there was no open batch: make sure a newer batch with room is
+/// open, then let the caller retry.
+fn slow_path(shared: &Shared, seen: Option<u64>, need: usize) -> Result<(), JournalError> {
     let mut st = shared.lock();
-    if let Some(e) = &st.poisoned {
-        return Err(JournalError::Poisoned(e.clone()));
-    }
-    while st.pos + need > shared.spec.segment_size {
-        st = roll_over(shared, st)?;
-    }
-    let block = shared.spec.block_size;
-    let needs_new_batch = match st.queue.back() {
-        None => true,
-        Some(b) => {
-            b.sealed || (b.records > 0 && b.len + need as usize > shared.options.max_write_bytes)
-        }
-    };
-    if needs_new_batch {
-        seal_open_batch(&mut st, block);
-        open_batch(&mut st, block);
-    }
-    let lsn = st.next_lsn;
-    st.next_lsn += 1;
-    let flags = if st.epoch_start_pending {
-        FLAG_EPOCH_START
-    } else {
-        0
-    };
-    st.epoch_start_pending = false;
-    let header = RecordHeader {
-        len: payload.len() as u32,
-        lsn,
-        seq: st.active.seq,
-        salt: st.salt,
-        flags,
-    };
-    st.pos += need;
-    let active_seq = st.active.seq;
-    if let Some(seg) = st.segments.last_mut().filter(|s| s.seq == active_seq) {
-        seg.first_lsn.get_or_insert(lsn);
-        seg.last_lsn = Some(lsn);
-    }
-    let batch = st.queue.back_mut().expect("open batch");
-    let at = batch.len;
-    grow(&mut batch.buf, at + need as usize, block);
-    header.encode(payload, &mut batch.buf[at..]);
-    batch.buf[at + RECORD_HEADER_BYTES..at + need as usize].copy_from_slice(payload);
-    batch.len += need as usize;
-    batch.last_lsn = lsn;
-    batch.records += 1;
-    let id = batch.id;
-    Ok(CommitHandle {
-        shared: Arc::clone(shared),
-        lsn,
-        batch: id,
-    })
-}
-
-/// Grow `buf` (keeping its contents) to hold at least `need` bytes rounded
-/// up to whole blocks.
-fn grow(buf: &mut AlignedBuf, need: usize, block: usize) {
-    let need = need.div_ceil(block) * block;
-    if buf.len() >= need {
-        return;
-    }
-    let mut bigger = AlignedBuf::new(need.next_power_of_two(), block);
-    bigger[..buf.len()].copy_from_slice(buf);
-    *buf = bigger;
-}
-
-/// Seal the open batch (if any) and remember its partial last block.
-fn seal_open_batch(st: &mut State, block: usize) {
-    if let Some(b) = st.queue.back_mut() {
-        if !b.sealed {
-            b.sealed = true;
-            let start = b.len / block * block;
-            st.tail = b.buf[start..b.len].to_vec();
-        }
-    }
-}
-
-fn open_batch(st: &mut State, block: usize) {
-    let offset = st.pos / block as u64 * block as u64;
-    let prefix = (st.pos - offset) as usize;
-    debug_assert_eq!(prefix, st.tail.len());
-    let mut buf = st
-        .pool
-        .pop()
-        .unwrap_or_else(|| AlignedBuf::new(INITIAL_BATCH_BYTES, block));
-    buf[..prefix].copy_from_slice(&st.tail[..prefix]);
-    let id = st.next_batch_id;
-    st.next_batch_id += 1;
-    st.queue.push_back(Batch {
-        id,
-        buf,
-        len: prefix,
-        offset,
-        file: Arc::clone(&st.active.file),
-        last_lsn: 0,
-        records: 0,
-        sealed: false,
-        candidate: None,
-    });
-}
-
-/// Switch appends to the next prepared segment, waiting for the preparer
-/// only if it has fallen behind.
-fn roll_over<'a>(
-    shared: &'a Shared,
-    mut st: MutexGuard<'a, State>,
-) -> Result<MutexGuard<'a, State>, JournalError> {
-    let from_seq = st.active.seq;
-    if st.spares.is_empty() {
-        st.stats.rollover_waits += 1;
-    }
-    // The lock is released while waiting: look at the poisoning and at the
-    // active segment again after every wake-up.
     loop {
         if let Some(e) = &st.poisoned {
             return Err(JournalError::Poisoned(e.clone()));
         }
-        if st.active.seq != from_seq {
-            // Another committer rolled over while we waited; the caller
-            // checks again whether the record fits.
-            return Ok(st);
+        let open = shared.open.load_full();
+        match (&open, seen) {
+            // Someone else already moved on.
+            (Some(slab), Some(id)) if slab.id != id => return Ok(()),
+            (Some(_), None) => return Ok(()),
+            (Some(slab), Some(_)) => {
+                // Still the batch we failed on. If it is sealed, its sealer
+                // is between sealing and installing (cannot happen: both
+                // are under the mutex) — so it is open and too full.
+                let (records, len) = slab.seal();
+                retire(shared, &mut st, slab, records, len);
+                shared.open.store(None);
+                drop(install_room(shared, st, need)?);
+                return Ok(());
+            }
+            (None, _) => {
+                // A rollover is waiting for a spare segment.
+                shared.spare_cv.notify_all();
+                st = shared.spare_cv.wait(st).unwrap_or_else(|p| p.into_inner());
+            }
+        }
+    }
+}
+
+/// Queue a sealed batch (if it holds records) and move the append position
+/// past it.
+fn retire(shared: &Shared, st: &mut State, slab: &Arc<Slab>, records: u64, len: usize) {
+    let block = shared.spec.block_size;
+    st.pos = slab.offset + len as u64;
+    // SAFETY: the caller sealed the batch under the mutex and it settled;
+    // nobody else touches the buffer until it is queued below.
+    let buf = unsafe { slab.bytes_mut() };
+    st.tail.clear();
+    st.tail.extend_from_slice(&buf[len / block * block..len]);
+    st.next_lsn = slab.first_lsn + records;
+    st.epoch_start_pending = slab.epoch_start && records == 0;
+    if records == 0 {
+        return;
+    }
+    let last_lsn = slab.first_lsn + records - 1;
+    if let Some(seg) = st.segments.last_mut().filter(|s| s.seq == slab.seq) {
+        seg.first_lsn.get_or_insert(slab.first_lsn);
+        seg.last_lsn = Some(last_lsn);
+    }
+    st.queue.push_back(Sealed {
+        slab: Arc::clone(slab),
+        len,
+        records,
+        last_lsn,
+    });
+}
+
+/// Install the next open batch at the append position, rolling over to a
+/// new segment first if a record of `need` bytes would not fit in this one.
+/// The mutex is released while waiting for a spare segment.
+fn install_room<'a>(
+    shared: &'a Shared,
+    mut st: MutexGuard<'a, State>,
+    need: usize,
+) -> Result<MutexGuard<'a, State>, JournalError> {
+    let rolled = st.pos + need as u64 > shared.spec.segment_size;
+    if rolled {
+        st = roll_over(shared, st)?;
+    }
+    install_slab(shared, &mut st, need);
+    if rolled {
+        // Committers that found no open batch wait for this one; the
+        // preparer has a spare to replace.
+        shared.spare_cv.notify_all();
+    }
+    Ok(st)
+}
+
+/// Open a batch at `st.pos` with room for at least `need` bytes (the caller
+/// checked that they fit in the segment).
+fn install_slab(shared: &Shared, st: &mut State, need: usize) {
+    let block = shared.spec.block_size;
+    let offset = st.pos / block as u64 * block as u64;
+    let prefix = (st.pos - offset) as usize;
+    debug_assert_eq!(prefix, st.tail.len());
+    let room = (shared.spec.segment_size - offset) as usize;
+    let capacity = shared.options.max_write_bytes.max(prefix + need).min(room);
+    let buf_len = capacity.div_ceil(block).max(1) * block;
+    let mut buf = match st.pool.iter().position(|b| b.len() >= buf_len) {
+        Some(i) => st.pool.swap_remove(i),
+        None => AlignedBuf::new(buf_len.max(shared.options.max_write_bytes), block),
+    };
+    buf[..prefix].copy_from_slice(&st.tail);
+    let base = buf.as_mut_ptr();
+    let id = st.next_batch_id;
+    st.next_batch_id += 1;
+    let slab = Slab {
+        id,
+        first_lsn: st.next_lsn,
+        seq: st.active.seq,
+        salt: st.salt,
+        epoch_start: st.epoch_start_pending,
+        offset,
+        capacity,
+        file: Arc::clone(&st.active.file),
+        buf: UnsafeCell::new(buf),
+        base,
+        reserve: AtomicU64::new(prefix as u64),
+        overflow: AtomicU64::new(u64::MAX),
+        settled: AtomicU64::new(0),
+    };
+    shared.open_id.store(id, Ordering::Release);
+    shared.open.store(Some(Arc::new(slab)));
+}
+
+/// Switch appends to the next prepared segment, waiting for the preparer
+/// only if it has fallen behind. The open batch has been retired.
+fn roll_over<'a>(
+    shared: &'a Shared,
+    mut st: MutexGuard<'a, State>,
+) -> Result<MutexGuard<'a, State>, JournalError> {
+    if st.spares.is_empty() {
+        st.stats.rollover_waits += 1;
+    }
+    loop {
+        if let Some(e) = &st.poisoned {
+            return Err(JournalError::Poisoned(e.clone()));
         }
         if !st.spares.is_empty() {
             break;
@@ -388,9 +566,6 @@ fn roll_over<'a>(
         shared.spare_cv.notify_all();
         st = shared.spare_cv.wait(st).unwrap_or_else(|p| p.into_inner());
     }
-    // Records queued while we waited belong to the old segment: close their
-    // batch so that nothing for the new segment joins it.
-    seal_open_batch(&mut st, shared.spec.block_size);
     let next = st.spares.pop_front().expect("spare");
     debug_assert_eq!(next.seq, st.active.seq + 1);
     st.segments.push(SegMeta {
@@ -409,7 +584,6 @@ fn roll_over<'a>(
 
 /// Wait until batch `id` is durable, leading writes when no one else is.
 pub(super) fn wait_batch(shared: &Shared, id: u64) -> Result<(), JournalError> {
-    let mut candidate = false;
     loop {
         if shared.completed_batch.load(Ordering::Acquire) >= id {
             return Ok(());
@@ -417,30 +591,23 @@ pub(super) fn wait_batch(shared: &Shared, id: u64) -> Result<(), JournalError> {
         if shared.poisoned.load(Ordering::Acquire) {
             return Err(poison_result(shared));
         }
-        let mut st = shared.lock();
+        // Read the slot word before trying to lead: a leader that stops
+        // after this read changes the word, so the sleep below returns.
+        let slot = shared.slot(id);
+        let seen = slot.load(Ordering::SeqCst);
         if shared.completed_batch.load(Ordering::Acquire) >= id {
             return Ok(());
         }
-        let handed = st.handoff_to == Some(id);
-        if handed || !st.writing {
-            st.handoff_to = None;
-            st.writing = true;
-            return lead(shared, st, id);
+        if !shared.writing.load(Ordering::SeqCst)
+            && shared
+                .writing
+                .compare_exchange(false, true, Ordering::SeqCst, Ordering::SeqCst)
+                .is_ok()
+        {
+            return lead(shared, id);
         }
-        if !candidate {
-            if let Some(b) = st.queue.iter_mut().find(|b| b.id == id) {
-                if b.candidate.is_none() {
-                    b.candidate = Some(std::thread::current());
-                    candidate = true;
-                }
-            }
-        }
-        drop(st);
-        if candidate {
-            std::thread::park();
-        } else {
-            sleep_on_slot(shared, id);
-        }
+        // EAGAIN (the word changed) and EINTR both mean "look again".
+        let _ = futex::wait(slot, futex::Flags::PRIVATE, seen, None);
     }
 }
 
@@ -451,148 +618,122 @@ fn poison_result(shared: &Shared) -> JournalError {
     }
 }
 
-/// Sleep until batch `id`'s slot changes (its completion, a poisoning, or a
-/// batch sharing the slot).
-fn sleep_on_slot(shared: &Shared, id: u64) {
-    let slot = shared.slot(id);
-    let seen = slot.load(Ordering::Acquire);
-    if shared.completed_batch.load(Ordering::Acquire) >= id
-        || shared.poisoned.load(Ordering::Acquire)
-    {
-        return;
-    }
-    // EAGAIN (the word changed) and EINTR both mean "look again".
-    let _ = futex::wait(slot, futex::Flags::PRIVATE, seen, None);
-}
-
-/// The leader's loop: write front batches until batch `id` is durable, then
-/// hand leadership on.
-fn lead<'a>(
-    shared: &'a Shared,
-    mut st: MutexGuard<'a, State>,
-    id: u64,
-) -> Result<(), JournalError> {
+/// The leader's loop: write batches in order until batch `id` is durable,
+/// then stop leading and wake one waiter of the next pending batch.
+fn lead(shared: &Shared, id: u64) -> Result<(), JournalError> {
     let block = shared.spec.block_size;
-    loop {
-        let Some(mut batch) = st.queue.pop_front() else {
-            // Nothing queued: our batch must be complete already.
-            st.writing = false;
+    let result = loop {
+        if shared.completed_batch.load(Ordering::Acquire) >= id {
+            break Ok(());
+        }
+        let mut st = shared.lock();
+        if let Some(e) = st.poisoned.clone() {
             drop(st);
-            return if shared.completed_batch.load(Ordering::Acquire) >= id {
+            break Err(JournalError::Poisoned(e));
+        }
+        if st.queue.is_empty() {
+            // Our batch is still open: close it (no waiting for more).
+            if let Some(slab) = shared.open.load_full().filter(|s| s.id <= id) {
+                let (records, len) = slab.seal();
+                retire(shared, &mut st, &slab, records, len);
+                shared.open.store(None);
+                match install_room(shared, st, 0) {
+                    Ok(g) => st = g,
+                    Err(e) => break Err(e),
+                }
+            }
+        }
+        let Some(batch) = st.queue.pop_front() else {
+            // Nothing left: our batch was written (or failed) already.
+            drop(st);
+            break if shared.completed_batch.load(Ordering::Acquire) >= id {
                 Ok(())
             } else {
                 Err(poison_result(shared))
             };
         };
-        if !batch.sealed {
-            batch.sealed = true;
-            let start = batch.len / block * block;
-            st.tail = batch.buf[start..batch.len].to_vec();
-        }
-        if let Some(e) = st.poisoned.clone() {
-            // Poisoned elsewhere (segment preparation): write nothing more.
-            return Err(poison(shared, st, batch, e));
-        }
         drop(st);
-        let result = write_batch(shared, &mut batch);
-        st = shared.lock();
+        let result = write_batch(shared, &batch);
+        let mut st = shared.lock();
         if let Err(e) = result {
-            return Err(poison(shared, st, batch, Arc::new(e)));
+            break Err(JournalError::Poisoned(poison_all(shared, st, Arc::new(e))));
         }
         st.stats.writes += 1;
         st.stats.records += batch.records;
         st.stats.bytes_written += batch.len.div_ceil(block) as u64 * block as u64;
         shared.durable_lsn.store(batch.last_lsn, Ordering::Release);
-        shared.completed_batch.store(batch.id, Ordering::Release);
-        let slot = shared.slot(batch.id);
-        slot.fetch_add(1, Ordering::Release);
+        shared
+            .completed_batch
+            .store(batch.slab.id, Ordering::Release);
+        let done = batch.slab.id;
+        let slot = shared.slot(done);
+        slot.fetch_add(1, Ordering::SeqCst);
         let _ = futex::wake(slot, futex::Flags::PRIVATE, i32::MAX as u32);
-        if let Some(t) = batch.candidate.take() {
-            if t.id() != std::thread::current().id() {
-                t.unpark();
+        // Keep the buffer unless a late (void) reserver still holds the slab.
+        if let Ok(slab) = Arc::try_unwrap(batch.slab) {
+            if st.pool.len() < POOL_BUFFERS {
+                st.pool.push(slab.buf.into_inner());
             }
         }
-        if st.pool.len() < 4 {
-            st.pool
-                .push(std::mem::replace(&mut batch.buf, AlignedBuf::new(0, block)));
+        let kick = !st.callbacks.is_empty();
+        drop(st);
+        if kick {
+            shared.flusher_cv.notify_one();
         }
-        if batch.id >= id {
-            break;
+        if done >= id {
+            break Ok(());
         }
-    }
-    hand_off(shared, st);
-    Ok(())
+    };
+    stop_leading(shared);
+    result
 }
 
-/// Give leadership to the first queued batch that has a waiter, or stop
-/// leading.
-fn hand_off<'a>(shared: &'a Shared, mut st: MutexGuard<'a, State>) {
-    if let Some(t) = st
-        .queue
-        .iter()
-        .find_map(|b| b.candidate.clone().map(|t| (b.id, t)))
-    {
-        st.handoff_to = Some(t.0);
-        drop(st);
-        t.1.unpark();
-        return;
-    }
-    st.writing = false;
-    let kick = !st.callbacks.is_empty();
-    drop(st);
-    if kick {
-        shared.flusher_cv.notify_one();
+/// Give up leadership and wake one waiter of the oldest pending batch that
+/// has one; it will lead. Every pending slot's word is bumped on the way, so
+/// a waiter about to sleep there looks again instead.
+fn stop_leading(shared: &Shared) {
+    shared.writing.store(false, Ordering::SeqCst);
+    let from = shared.completed_batch.load(Ordering::SeqCst) + 1;
+    let to = shared.open_id.load(Ordering::SeqCst);
+    for b in from..=to.min(from + SLOTS as u64 - 1) {
+        let slot = shared.slot(b);
+        slot.fetch_add(1, Ordering::SeqCst);
+        if futex::wake(slot, futex::Flags::PRIVATE, 1).unwrap_or(0) > 0 {
+            break;
+        }
     }
 }
 
 /// Write one batch durably: zero the padding to the block boundary, write,
 /// and sync if the method needs it.
-fn write_batch(shared: &Shared, batch: &mut Batch) -> Result<(), IoError> {
+fn write_batch(shared: &Shared, batch: &Sealed) -> Result<(), IoError> {
     let block = shared.spec.block_size;
     let padded = batch.len.div_ceil(block) * block;
-    batch.buf[batch.len..padded].fill(0);
+    // SAFETY: the leader took this batch off the queue: it alone holds it,
+    // and it was settled when sealed.
+    let buf = unsafe { batch.slab.bytes_mut() };
+    buf[batch.len..padded].fill(0);
     debug_assert!(
-        batch.offset + padded as u64 <= shared.spec.segment_size,
+        batch.slab.offset + padded as u64 <= shared.spec.segment_size,
         "batch past segment end"
     );
-    let method = shared.spec.method;
-    method.write_durably(batch.file.as_ref(), &batch.buf[..padded], batch.offset)
+    shared
+        .spec
+        .method
+        .write_durably(batch.slab.file.as_ref(), &buf[..padded], batch.slab.offset)
 }
 
-/// Record the failure, fail every waiter from this batch on, and make every
-/// later call fail. Returns the error for the leader.
-fn poison(
-    shared: &Shared,
-    st: MutexGuard<'_, State>,
-    failed: Batch,
-    e: Arc<IoError>,
-) -> JournalError {
-    let extra: Vec<Thread> = failed.candidate.into_iter().collect();
-    JournalError::Poisoned(poison_all(shared, st, e, extra))
-}
-
-/// Poison the journal and wake every thread that waits on it: committers
-/// (slot sleepers and parked candidates), committers waiting for a spare,
-/// and the callback thread. Every path that poisons goes through here, so
-/// no waiter can be left asleep behind a candidate that gave up.
-fn poison_all(
-    shared: &Shared,
-    mut st: MutexGuard<'_, State>,
-    e: Arc<IoError>,
-    mut threads: Vec<Thread>,
-) -> Arc<IoError> {
+/// Poison the journal and wake every thread that waits on it: committers,
+/// committers waiting for a spare, and the callback thread. Every path that
+/// poisons goes through here.
+fn poison_all(shared: &Shared, mut st: MutexGuard<'_, State>, e: Arc<IoError>) -> Arc<IoError> {
     let e = st.poisoned.get_or_insert(e).clone();
-    shared.poisoned.store(true, Ordering::Release);
-    st.writing = false;
-    st.handoff_to = None;
-    threads.extend(st.queue.drain(..).filter_map(|b| b.candidate));
+    shared.poisoned.store(true, Ordering::SeqCst);
+    st.queue.clear();
     drop(st);
     for slot in &shared.slots {
-        slot.fetch_add(1, Ordering::Release);
+        slot.fetch_add(1, Ordering::SeqCst);
         let _ = futex::wake(slot, futex::Flags::PRIVATE, i32::MAX as u32);
-    }
-    for t in threads {
-        t.unpark();
     }
     shared.spare_cv.notify_all();
     shared.flusher_cv.notify_all();
@@ -658,10 +799,10 @@ pub(super) fn preparer_loop(shared: Arc<Shared>) {
             // A failed preparation may have left a half-made file; the
             // journal cannot roll over, so stop it like a failed write.
             Err(JournalError::Io(e)) => {
-                poison_all(&shared, st, e, Vec::new());
+                poison_all(&shared, st, e);
             }
             Err(_) => {
-                poison_all(&shared, st, Arc::new(IoError::Crashed), Vec::new());
+                poison_all(&shared, st, Arc::new(IoError::Crashed));
             }
         }
     }
@@ -696,24 +837,47 @@ pub(super) fn release(shared: &Shared, upto: Lsn) {
 
 /// Durably discard every record after `lsn`.
 pub(super) fn truncate_after(shared: &Shared, lsn: Lsn) -> Result<(), JournalError> {
-    // Let everything queued reach the disk first, so nothing is in flight.
+    // Close the open batch and let everything queued reach the disk, until
+    // the journal is quiet with no open batch: appends then wait on the
+    // mutex while the tail is rewritten.
     let mut st = loop {
-        let st = shared.lock();
+        let mut st = shared.lock();
         if let Some(e) = &st.poisoned {
             return Err(JournalError::Poisoned(e.clone()));
         }
-        match st.queue.back().map(|b| b.id) {
-            Some(id) => {
-                drop(st);
-                wait_batch(shared, id)?;
-            }
-            None if st.writing => {
-                drop(st);
-                std::thread::yield_now();
-            }
-            None => break st,
+        let Some(slab) = shared.open.load_full() else {
+            // A rollover waits for a spare segment.
+            let _unused = shared.spare_cv.wait(st).unwrap_or_else(|p| p.into_inner());
+            continue;
+        };
+        let (records, len) = slab.seal();
+        retire(shared, &mut st, &slab, records, len);
+        shared.open.store(None);
+        if records == 0 && st.queue.is_empty() && !shared.writing.load(Ordering::SeqCst) {
+            break st;
+        }
+        let target = st.queue.back().map(|b| b.slab.id);
+        let st = install_room(shared, st, 0)?;
+        drop(st);
+        match target {
+            Some(id) => wait_batch(shared, id)?,
+            None => std::thread::yield_now(),
         }
     };
+    match truncate_quiet(shared, &mut st, lsn) {
+        // A failed read, write or reopen leaves the files in doubt: stop.
+        Err(JournalError::Io(e)) => Err(JournalError::Poisoned(poison_all(shared, st, e))),
+        result => {
+            install_slab(shared, &mut st, 0);
+            drop(st);
+            shared.spare_cv.notify_all();
+            result
+        }
+    }
+}
+
+/// The truncation itself, with the journal quiet and locked.
+fn truncate_quiet(shared: &Shared, st: &mut State, lsn: Lsn) -> Result<(), JournalError> {
     if lsn + 1 >= st.next_lsn {
         return Ok(());
     }
@@ -778,14 +942,10 @@ pub(super) fn truncate_after(shared: &Shared, lsn: Lsn) -> Result<(), JournalErr
         }
         Ok(())
     })();
-    if let Err(JournalError::Io(e)) = &result {
-        let e = poison_all(shared, st, e.clone(), Vec::new());
-        return Err(JournalError::Poisoned(e));
-    }
     result?;
     // Later segments become spares again (their headers are intact). Open
-    // every file before changing any state, so a failure leaves the journal
-    // poisoned but consistent.
+    // every file before changing any state: a failure poisons the journal,
+    // which must still be consistent.
     let reopened = (|| -> Result<(VecDeque<ReadySegment>, ReadySegment), JournalError> {
         let mut spares = VecDeque::new();
         for seg in &st.segments[idx + 1..] {
@@ -797,18 +957,7 @@ pub(super) fn truncate_after(shared: &Shared, lsn: Lsn) -> Result<(), JournalErr
         }
         Ok((spares, shared.spec.open(shared.vfs.as_ref(), seq)?))
     })();
-    let (mut spares, active) = match reopened {
-        Ok(r) => r,
-        Err(JournalError::Io(e)) => {
-            return Err(JournalError::Poisoned(poison_all(
-                shared,
-                st,
-                e,
-                Vec::new(),
-            )));
-        }
-        Err(e) => return Err(e),
-    };
+    let (mut spares, active) = reopened?;
     st.segments.truncate(idx + 1);
     spares.extend(st.spares.drain(..));
     st.spares = spares;

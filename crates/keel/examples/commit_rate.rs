@@ -1,0 +1,75 @@
+//! Quick group-commit probe: T threads append R-byte records for D seconds
+//! on a fresh journal; prints commits/s, context switches and CPU time per
+//! commit (whole process, `getrusage`). The full, protocol-conformant
+//! benchmark is `keel bench commit`; this one is for profiling the writer.
+//!
+//! `cargo run --release -p keel --example commit_rate -- DIR [T] [R] [SECS]`
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use keel::io::RealVfs;
+use keel::journal::{Journal, JournalOptions};
+
+fn rusage() -> (u64, f64, u64) {
+    // SAFETY: getrusage writes into the zeroed struct we pass it.
+    let u = unsafe {
+        let mut u: libc::rusage = std::mem::zeroed();
+        libc::getrusage(libc::RUSAGE_SELF, &mut u);
+        u
+    };
+    let cs = (u.ru_nvcsw + u.ru_nivcsw) as u64;
+    let cpu = u.ru_utime.tv_sec as f64
+        + u.ru_utime.tv_usec as f64 / 1e6
+        + u.ru_stime.tv_sec as f64
+        + u.ru_stime.tv_usec as f64 / 1e6;
+    (cs, cpu, u.ru_nivcsw as u64)
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    let dir = std::path::PathBuf::from(args.get(1).expect("DIR"));
+    let threads: usize = args.get(2).map_or(1, |s| s.parse().unwrap());
+    let size: usize = args.get(3).map_or(128, |s| s.parse().unwrap());
+    let secs: f64 = args.get(4).map_or(3.0, |s| s.parse().unwrap());
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let j = Arc::new(Journal::open(RealVfs::shared(), &dir, JournalOptions::default()).unwrap());
+    let stop = Arc::new(AtomicBool::new(false));
+    let count = Arc::new(AtomicU64::new(0));
+    let (cs0, cpu0, inv0) = rusage();
+    let t0 = Instant::now();
+    let hs: Vec<_> = (0..threads)
+        .map(|_| {
+            let (j, stop, count) = (j.clone(), stop.clone(), count.clone());
+            std::thread::spawn(move || {
+                let p = vec![7u8; size];
+                while !stop.load(Ordering::Relaxed) {
+                    j.append(&p).unwrap();
+                    count.fetch_add(1, Ordering::Relaxed);
+                }
+            })
+        })
+        .collect();
+    std::thread::sleep(Duration::from_secs_f64(secs));
+    stop.store(true, Ordering::Relaxed);
+    for h in hs {
+        h.join().unwrap();
+    }
+    let el = t0.elapsed().as_secs_f64();
+    let (cs1, cpu1, inv1) = rusage();
+    let n = count.load(Ordering::Relaxed);
+    let st = j.stats();
+    println!(
+        "T={threads} R={size}: {:.0} commits/s, {:.2} cs/commit ({:.2} involuntary), {:.1} us cpu/commit, {:.0} writes/s, {:.1} records/write",
+        n as f64 / el,
+        (cs1 - cs0) as f64 / n as f64,
+        (inv1 - inv0) as f64 / n as f64,
+        (cpu1 - cpu0) * 1e6 / n as f64,
+        st.writes as f64 / el,
+        st.records as f64 / st.writes.max(1) as f64
+    );
+    drop(j);
+    let _ = std::fs::remove_dir_all(&dir);
+}
