@@ -3,7 +3,9 @@
 //! commit (whole process, `getrusage`). The full, protocol-conformant
 //! benchmark is `keel bench commit`; this one is for profiling the writer.
 //!
-//! `cargo run --release -p keel --example commit_rate -- DIR [T] [R] [SECS]`
+//! `cargo run --release -p keel --example commit_rate -- DIR [T] [R] [SECS] [lz4] [text]`
+//! (`lz4`: compress records of 256 bytes or more; `text`: compressible
+//! payloads instead of random bytes).
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -35,7 +37,13 @@ fn main() {
     let secs: f64 = args.get(4).map_or(3.0, |s| s.parse().unwrap());
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
-    let j = Arc::new(Journal::open(RealVfs::shared(), &dir, JournalOptions::default()).unwrap());
+    let lz4 = args.iter().any(|a| a == "lz4");
+    let text = args.iter().any(|a| a == "text");
+    let opts = JournalOptions {
+        lz4_min_bytes: lz4.then_some(256),
+        ..JournalOptions::default()
+    };
+    let j = Arc::new(Journal::open(RealVfs::shared(), &dir, opts).unwrap());
     let stop = Arc::new(AtomicBool::new(false));
     let count = Arc::new(AtomicU64::new(0));
     let (cs0, cpu0, inv0) = rusage();
@@ -44,7 +52,24 @@ fn main() {
         .map(|_| {
             let (j, stop, count) = (j.clone(), stop.clone(), count.clone());
             std::thread::spawn(move || {
-                let p = vec![7u8; size];
+                let p: Vec<u8> = if text {
+                    b"key=user:000123 value={name: 'a journal record', count: 42} "
+                        .iter()
+                        .copied()
+                        .cycle()
+                        .take(size)
+                        .collect()
+                } else {
+                    let mut x = 0x9e37_79b9_7f4a_7c15u64 ^ size as u64;
+                    (0..size)
+                        .map(|_| {
+                            x ^= x << 13;
+                            x ^= x >> 7;
+                            x ^= x << 17;
+                            x as u8
+                        })
+                        .collect()
+                };
                 while !stop.load(Ordering::Relaxed) {
                     j.append(&p).unwrap();
                     count.fetch_add(1, Ordering::Relaxed);
@@ -62,7 +87,9 @@ fn main() {
     let n = count.load(Ordering::Relaxed);
     let st = j.stats();
     println!(
-        "T={threads} R={size}: {:.0} commits/s, {:.2} cs/commit ({:.2} involuntary), {:.1} us cpu/commit, {:.0} writes/s, {:.1} records/write",
+        "T={threads} R={size}{}{}: {:.0} commits/s, {:.2} cs/commit ({:.2} involuntary), {:.1} us cpu/commit, {:.0} writes/s, {:.1} records/write",
+        if lz4 { " lz4" } else { "" },
+        if text { " text" } else { " random" },
         n as f64 / el,
         (cs1 - cs0) as f64 / n as f64,
         (inv1 - inv0) as f64 / n as f64,

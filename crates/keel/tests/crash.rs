@@ -60,6 +60,7 @@ fn options(seed: u64) -> JournalOptions {
         } else {
             WriteMethod::OdirectDsync
         }),
+        lz4_min_bytes: (seed % 4 == 1).then_some(64),
         ..JournalOptions::default()
     }
 }
@@ -71,7 +72,15 @@ fn payload(rng: &mut SmallRng, max: usize) -> Vec<u8> {
         _ => rng.random_range(6000..=max),
     };
     let mut v = vec![0u8; len];
-    rng.fill(&mut v[..]);
+    if rng.random_bool(0.5) {
+        rng.fill(&mut v[..]);
+    } else {
+        // Compressible: a short random pattern repeated.
+        let pattern: [u8; 7] = rng.random();
+        for (i, b) in v.iter_mut().enumerate() {
+            *b = pattern[i % 7];
+        }
+    }
     v
 }
 

@@ -36,7 +36,29 @@ const _: () = assert!(RECORD_HEADER_BYTES == 32);
 /// Record flag: the first record written after an open (or a truncation);
 /// its salt starts a new epoch.
 pub const FLAG_EPOCH_START: u16 = 1;
-const KNOWN_FLAGS: u16 = FLAG_EPOCH_START;
+/// Record flag: the payload is LZ4-compressed (a block, after a 4-byte
+/// little-endian length of the original payload).
+pub const FLAG_LZ4: u16 = 2;
+const KNOWN_FLAGS: u16 = FLAG_EPOCH_START | FLAG_LZ4;
+
+/// Compress `payload` for a record if that makes it smaller: the stored
+/// bytes (original length, then the LZ4 block), or `None`.
+pub fn lz4_encode(payload: &[u8]) -> Option<Vec<u8>> {
+    let bound = lz4_flex::block::get_maximum_output_size(payload.len());
+    let mut out = vec![0u8; 4 + bound];
+    out[..4].copy_from_slice(&(payload.len() as u32).to_le_bytes());
+    let n = lz4_flex::block::compress_into(payload, &mut out[4..]).ok()?;
+    out.truncate(4 + n);
+    (out.len() < payload.len()).then_some(out)
+}
+
+/// The original payload of a record stored with `FLAG_LZ4`.
+pub fn lz4_decode(stored: &[u8]) -> Option<Vec<u8>> {
+    let len = u32::from_le_bytes(stored.get(..4)?.try_into().ok()?) as usize;
+    let mut out = vec![0u8; len];
+    let n = lz4_flex::block::decompress_into(&stored[4..], &mut out).ok()?;
+    (n == len).then_some(out)
+}
 
 /// The identity of a segment, from its header.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -23,7 +23,7 @@ mod writer;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-pub use format::{RecordError, FORMAT_VERSION, RECORD_HEADER_BYTES};
+pub use format::{lz4_decode, RecordError, FLAG_LZ4, FORMAT_VERSION, RECORD_HEADER_BYTES};
 pub use scan::{RecordInfo, Scan, SegmentScan, StopReason};
 pub use writer::{CommitHandle, Records};
 
@@ -78,6 +78,9 @@ pub struct JournalOptions {
     pub recovery_mode: RecoveryMode,
     /// Prepared segments kept ahead of the active one.
     pub spare_segments: usize,
+    /// Compress payloads of at least this many bytes with LZ4 (kept only
+    /// when smaller). `None`, the default: never. Readers always decode.
+    pub lz4_min_bytes: Option<usize>,
 }
 
 impl Default for JournalOptions {
@@ -89,6 +92,7 @@ impl Default for JournalOptions {
             max_write_bytes: DEFAULT_MAX_WRITE_BYTES,
             recovery_mode: RecoveryMode::default(),
             spare_segments: 1,
+            lz4_min_bytes: None,
         }
     }
 }
@@ -151,6 +155,10 @@ pub enum JournalError {
     Locked(PathBuf),
     #[error("record of {len} bytes is larger than the maximum of {max} bytes")]
     RecordTooLarge { len: usize, max: usize },
+    /// A record marked compressed whose payload does not decompress (its
+    /// checksum matched, so it was written that way).
+    #[error("record {lsn}: compressed payload does not decode")]
+    BadCompressedRecord { lsn: Lsn },
     #[error("invalid journal options: {0}")]
     BadOptions(String),
     /// `RecoveryMode::RefuseCorruption` found damage followed by valid
@@ -338,7 +346,8 @@ pub fn inspect(vfs: &dyn Vfs, dir: &Path) -> Result<Scan, JournalError> {
     Ok(scan)
 }
 
-/// Read one record's payload from a segment file (for `journal dump`).
+/// Read one record's payload as stored in a segment file (for `journal
+/// dump`): compressed when the record has `FLAG_LZ4` (see [`lz4_decode`]).
 pub fn read_record(vfs: &dyn Vfs, path: &Path, info: &RecordInfo) -> Result<Vec<u8>, JournalError> {
     let file = scan::open_for_read(vfs, path)?;
     let mut buf = vec![0u8; info.len as usize];

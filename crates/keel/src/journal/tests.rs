@@ -246,3 +246,55 @@ fn bad_options_are_rejected() {
         Err(JournalError::BadOptions(_))
     ));
 }
+
+#[test]
+fn lz4_records_round_trip_and_shrink_the_writes() {
+    let run = |lz4: Option<usize>, compressible: bool| {
+        let (vfs, dir) = sim();
+        let opts = JournalOptions {
+            lz4_min_bytes: lz4,
+            ..small_options()
+        };
+        let j = Journal::open(vfs.clone(), &dir, opts.clone()).unwrap();
+        let mut rng = 0x2545_f491_4f6c_dd1du64;
+        let mut written = Vec::new();
+        for i in 1..=60u64 {
+            let len = if i % 3 == 0 { 40 } else { 3000 };
+            let p: Vec<u8> = if compressible {
+                payload(i, len)
+            } else {
+                (0..len)
+                    .map(|_| {
+                        rng ^= rng << 13;
+                        rng ^= rng >> 7;
+                        rng ^= rng << 17;
+                        rng as u8
+                    })
+                    .collect()
+            };
+            j.append(&p).unwrap();
+            written.push((i, p));
+        }
+        assert_eq!(all(&j), written);
+        drop(j);
+        vfs.crash(CrashMode::PowerLoss);
+        let j = Journal::open(vfs.clone(), &dir, opts).unwrap();
+        assert_eq!(all(&j), written, "recovered after a power loss");
+        drop(j);
+        // Bytes the records take in the segments.
+        let scan = inspect(vfs.as_ref(), &dir).unwrap();
+        scan.segments
+            .iter()
+            .flat_map(|s| s.records.iter())
+            .map(|r| u64::from(r.len) + RECORD_HEADER_BYTES as u64)
+            .sum::<u64>()
+    };
+    let plain = run(None, true);
+    let packed = run(Some(256), true);
+    assert!(
+        packed * 2 < plain,
+        "compressible records take less room: {packed} vs {plain} bytes"
+    );
+    // Incompressible payloads are stored as they are.
+    assert_eq!(run(Some(256), false), run(None, false));
+}

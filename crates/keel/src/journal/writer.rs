@@ -41,7 +41,9 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use arc_swap::ArcSwapOption;
 use rustix::thread::futex;
 
-use super::format::{RecordHeader, FLAG_EPOCH_START, RECORD_HEADER_BYTES};
+use super::format::{
+    lz4_decode, lz4_encode, RecordHeader, FLAG_EPOCH_START, FLAG_LZ4, RECORD_HEADER_BYTES,
+};
 use super::scan::{self, ChainCursor};
 use super::segments::{ReadySegment, SegmentSpec};
 use super::{JournalError, JournalOptions, JournalStats, Lsn};
@@ -376,6 +378,16 @@ pub(super) fn submit(shared: &Arc<Shared>, payload: &[u8]) -> Result<CommitHandl
             max,
         });
     }
+    // Compression happens here, before any shared state is touched.
+    let compressed = shared
+        .options
+        .lz4_min_bytes
+        .filter(|&min| payload.len() >= min)
+        .and_then(|_| lz4_encode(payload));
+    let (payload, extra_flags) = match &compressed {
+        Some(c) => (&c[..], FLAG_LZ4),
+        None => (payload, 0),
+    };
     let need = RECORD_HEADER_BYTES + payload.len();
     loop {
         if shared.poisoned.load(Ordering::Acquire) {
@@ -399,11 +411,12 @@ pub(super) fn submit(shared: &Arc<Shared>, payload: &[u8]) -> Result<CommitHandl
                     lsn,
                     seq: slab.seq,
                     salt: slab.salt,
-                    flags: if index == 0 && slab.epoch_start {
-                        FLAG_EPOCH_START
-                    } else {
-                        0
-                    },
+                    flags: extra_flags
+                        | if index == 0 && slab.epoch_start {
+                            FLAG_EPOCH_START
+                        } else {
+                            0
+                        },
                 };
                 // SAFETY: `[at, at + need)` lies inside the buffer
                 // (`capacity` ≤ its length) and was reserved by this thread
@@ -1053,8 +1066,13 @@ impl Records {
         for r in records {
             if r.lsn >= self.from && r.lsn <= self.upto {
                 let start = r.pos as usize + RECORD_HEADER_BYTES;
-                self.current
-                    .push_back((r.lsn, bytes[start..start + r.len as usize].to_vec()));
+                let stored = &bytes[start..start + r.len as usize];
+                let payload = if r.flags & FLAG_LZ4 != 0 {
+                    lz4_decode(stored).ok_or(JournalError::BadCompressedRecord { lsn: r.lsn })?
+                } else {
+                    stored.to_vec()
+                };
+                self.current.push_back((r.lsn, payload));
             }
         }
         Ok(())
