@@ -37,6 +37,10 @@ fn main() {
     let secs: f64 = args.get(4).map_or(3.0, |s| s.parse().unwrap());
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
+    if args.iter().any(|a| a == "raw") {
+        raw(&dir, size, secs);
+        return;
+    }
     let lz4 = args.iter().any(|a| a == "lz4");
     let text = args.iter().any(|a| a == "text");
     let opts = JournalOptions {
@@ -99,4 +103,37 @@ fn main() {
     );
     drop(j);
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The floor: one thread, `size` bytes rounded up to 4 KiB, `pwrite` on an
+/// `O_DIRECT|O_DSYNC` descriptor into a zero-filled file.
+fn raw(dir: &std::path::Path, size: usize, secs: f64) {
+    use keel::io::{AlignedBuf, OpenMode, OpenOptions, Vfs};
+    let vfs = RealVfs;
+    let path = dir.join("raw");
+    let file_len = 256u64 << 20;
+    let f = vfs
+        .open(&path, OpenOptions::new(OpenMode::DirectDsync).create(true))
+        .unwrap();
+    f.zero_fill(0, file_len).unwrap();
+    let n = size.div_ceil(4096) * 4096;
+    let buf = AlignedBuf::new(n, 4096);
+    let (cs0, cpu0, _) = rusage();
+    let t0 = Instant::now();
+    let mut count = 0u64;
+    let mut off = 0;
+    while t0.elapsed().as_secs_f64() < secs {
+        f.write_at(&buf, off).unwrap();
+        off = (off + n as u64) % file_len;
+        count += 1;
+    }
+    let el = t0.elapsed().as_secs_f64();
+    let (cs1, cpu1, _) = rusage();
+    println!(
+        "raw R={size}: {:.0} commits/s, {:.2} cs/commit, {:.1} us cpu/commit",
+        count as f64 / el,
+        (cs1 - cs0) as f64 / count as f64,
+        (cpu1 - cpu0) * 1e6 / count as f64
+    );
+    let _ = std::fs::remove_dir_all(dir);
 }
