@@ -460,3 +460,26 @@ fn strace_parser_reads_threads_and_returns() {
     assert_eq!(calls[2].tid, 124);
     assert!(calls[3].args.starts_with("1, \"ack "));
 }
+
+#[test]
+fn journal_files_are_private_and_a_second_open_is_refused() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = scratch("perms");
+    let j = Journal::open(RealVfs::shared(), &dir, options(WriteMethod::OdirectDsync)).unwrap();
+    j.append(b"private").unwrap();
+    let second = Journal::open(RealVfs::shared(), &dir, options(WriteMethod::OdirectDsync));
+    match second {
+        Err(e @ JournalError::Locked(_)) => assert!(e.to_string().contains("in use")),
+        other => panic!("second open: {other:?}"),
+    }
+    let mut files = 0;
+    for entry in std::fs::read_dir(&dir).unwrap() {
+        let entry = entry.unwrap();
+        let mode = entry.metadata().unwrap().permissions().mode();
+        assert_eq!(mode & 0o077, 0, "{:?} is mode {mode:o}", entry.path());
+        files += 1;
+    }
+    assert!(files >= 3, "LOCK, the active segment and a spare");
+    drop(j);
+    let _ = std::fs::remove_dir_all(&dir);
+}
