@@ -4,6 +4,7 @@
 
 pub mod methods;
 pub mod report;
+pub mod sizes;
 
 use std::process::ExitCode;
 
@@ -15,10 +16,15 @@ pub enum BenchCommand {
     /// file, made durable with each write method (buffered, fsync,
     /// fdatasync, O_DSYNC, O_DIRECT, O_DIRECT|O_DSYNC, RWF_DSYNC, io_uring)
     Methods(methods::MethodsArgs),
+    /// Throughput by write size (4 KiB … 16 MiB), buffered vs durable
+    /// (O_DIRECT|O_DSYNC); with parallel writers, separate files, many
+    /// threads
+    Sizes(sizes::SizesArgs),
 }
 
 pub fn run(cmd: BenchCommand) -> anyhow::Result<ExitCode> {
     match cmd {
         BenchCommand::Methods(args) => methods::run(args),
+        BenchCommand::Sizes(args) => sizes::run(args),
     }
 }
