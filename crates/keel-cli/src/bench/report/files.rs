@@ -182,7 +182,7 @@ mod tests {
             (Prealloc::Fallocate, false, 1 << 20),
             (Prealloc::Zerofill, false, 1 << 20),
         ] {
-            let path = dir.join(mode.name());
+            let path = dir.join(format!("{}-{sparse}", mode.name()));
             prepare_file(&RealVfs, &path, mode, 1 << 20, sparse).unwrap();
             assert_eq!(std::fs::metadata(&path).unwrap().len(), len, "{mode:?}");
         }
