@@ -3,6 +3,7 @@
 //! description, tables, progress bars, file cleanup and plots.
 
 pub mod methods;
+pub mod mixed;
 pub mod report;
 pub mod sizes;
 
@@ -20,11 +21,15 @@ pub enum BenchCommand {
     /// (O_DIRECT|O_DSYNC); with parallel writers, separate files, many
     /// threads
     Sizes(sizes::SizesArgs),
+    /// Random 16 KiB reads and writes (60/40) over a file set of random
+    /// data, O_DIRECT, N threads, with and without an fsync after every write
+    Mixed(mixed::MixedArgs),
 }
 
 pub fn run(cmd: BenchCommand) -> anyhow::Result<ExitCode> {
     match cmd {
         BenchCommand::Methods(args) => methods::run(args),
         BenchCommand::Sizes(args) => sizes::run(args),
+        BenchCommand::Mixed(args) => mixed::run(args),
     }
 }
