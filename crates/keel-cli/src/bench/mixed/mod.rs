@@ -276,7 +276,7 @@ mod tests {
             (1 << 30, 16, 16384, 60)
         );
         let q = plan(&["--quick", "--set-size", "1M", "--files", "3"]).unwrap();
-        assert_eq!((q.files, q.file_size), (3, 20 * 16384));
+        assert_eq!((q.files, q.file_size), (3, 21 * 16384));
         for bad in [
             &["--set-size", "0"][..],
             &["--files", "0"],
