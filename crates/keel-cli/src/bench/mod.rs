@@ -4,6 +4,7 @@
 
 pub mod methods;
 pub mod mixed;
+pub mod mmap;
 pub mod report;
 pub mod sizes;
 
@@ -24,6 +25,10 @@ pub enum BenchCommand {
     /// Random 16 KiB reads and writes (60/40) over a file set of random
     /// data, O_DIRECT, N threads, with and without an fsync after every write
     Mixed(mixed::MixedArgs),
+    /// The fill-random experiment's raw variants: 10,000 transactions of
+    /// 100 puts written sequentially, as small writes, at random offsets,
+    /// through a shared map (msync), and beside a read-only map
+    Mmap(mmap::MmapArgs),
 }
 
 pub fn run(cmd: BenchCommand) -> anyhow::Result<ExitCode> {
@@ -31,5 +36,6 @@ pub fn run(cmd: BenchCommand) -> anyhow::Result<ExitCode> {
         BenchCommand::Methods(args) => methods::run(args),
         BenchCommand::Sizes(args) => sizes::run(args),
         BenchCommand::Mixed(args) => mixed::run(args),
+        BenchCommand::Mmap(args) => mmap::run(args),
     }
 }
