@@ -18,6 +18,7 @@ use keel::io::{RealVfs, Vfs, WriteMethod};
 
 use crate::bench::report::Machine;
 use crate::util::Size;
+pub use output::result_json;
 pub use plan::{Plan, PreallocArg, RunSpec};
 pub use run::Outcome;
 

@@ -18,7 +18,7 @@ use serde::Serialize;
 
 use crate::bench::report::{check_dir, number, plot, Align, Machine, Table};
 use crate::util::{format_size, Size};
-pub use run::Outcome;
+pub use run::{run_all, Outcome, Variant};
 
 const DEFAULT_FILES: u32 = 16;
 const QUICK_FILES: u32 = 4;

@@ -16,6 +16,7 @@ use keel::io::RealVfs;
 
 use crate::bench::report::{Machine, Prealloc};
 use crate::util::Size;
+pub use output::result_json;
 pub use plan::{Layout, Mode, SizeRun, SizesPlan};
 pub use run::{Measured, Outcome};
 

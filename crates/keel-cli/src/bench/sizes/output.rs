@@ -116,7 +116,7 @@ pub fn text(outcomes: &[Outcome]) -> String {
 }
 
 /// Rows: write sizes; columns: series and mode; cells: MB/s.
-pub fn by_size_table(outcomes: &[Outcome]) -> Table {
+fn by_size_table(outcomes: &[Outcome]) -> Table {
     let mut columns: Vec<String> = Vec::new();
     let mut sizes: Vec<u64> = Vec::new();
     for o in outcomes {
