@@ -83,7 +83,32 @@ fn rules() -> serde_json::Value {
     })
 }
 
+/// The fastest durable method per size and preallocation (mean latency).
+fn floor_summary(p: &Probe) -> Vec<(u64, &'static str, MethodFigure)> {
+    let figures = method_figures(&p.floor);
+    let mut best = Vec::new();
+    for size in super::FLOOR_SIZES {
+        for prealloc in ["fallocate", "zerofill"] {
+            let fastest = figures
+                .iter()
+                .filter(|f| f.durable && f.size == size && f.prealloc.name() == prealloc)
+                .min_by(|a, b| a.mean_us.total_cmp(&b.mean_us));
+            if let Some(f) = fastest {
+                best.push((size, prealloc, f.clone()));
+            }
+        }
+    }
+    best
+}
+
 pub fn json(p: &Probe) -> String {
+    let floor_best: Vec<serde_json::Value> = floor_summary(p)
+        .into_iter()
+        .map(|(size, prealloc, f)| {
+            json!({"size": size, "prealloc": prealloc, "method": f.method.name(),
+                   "mean_us": f.mean_us, "p50_us": f.p50_us, "p99_us": f.p99_us})
+        })
+        .collect();
     let report = json!({
         "bench": "probe",
         "config": {
@@ -97,6 +122,7 @@ pub fn json(p: &Probe) -> String {
         "elapsed_s": p.elapsed_s,
         "verdict": p.verdict,
         "rules": rules(),
+        "durable_floor_best": floor_best,
         "durable_floor": p.floor.iter().map(methods::result_json).collect::<Vec<_>>(),
         "sizes": p.sizes.iter().map(sizes::result_json).collect::<Vec<_>>(),
         "scaling": p.scaling.iter().map(sizes::result_json).collect::<Vec<_>>(),
@@ -127,6 +153,18 @@ pub fn markdown(p: &Probe) -> String {
         "\n## 1. Durable floor ({} commits per run, sequential, into a fresh file)\n\n",
         p.args.count
     ));
+    for (size, prealloc, f) in floor_summary(p) {
+        out.push_str(&format!(
+            "* fastest durable {} write into a {prealloc} file: {} — {:.0} µs mean, {:.0} µs p50, \
+             {:.0} µs p99\n",
+            format_size(size),
+            f.method,
+            f.mean_us,
+            f.p50_us,
+            f.p99_us
+        ));
+    }
+    out.push('\n');
     out.push_str(&floor_table(&p.floor).render());
     out.push_str(&format!(
         "\n## 2. Throughput by write size ({} per size and mode, one writer)\n\n",
