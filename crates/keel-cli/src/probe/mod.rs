@@ -69,7 +69,7 @@ pub struct ProbeArgs {
     #[arg(long, default_value_t = 2048)]
     pub count: u64,
     /// Bytes per write size and per parallel run
-    #[arg(long, default_value = "16M", value_name = "SIZE")]
+    #[arg(long, default_value = "64M", value_name = "SIZE")]
     pub total: Size,
     /// Seconds per mixed-load variant
     #[arg(long, default_value_t = 2.0, value_name = "SECS")]
