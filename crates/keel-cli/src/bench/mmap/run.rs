@@ -167,22 +167,24 @@ fn timed(
     pool: &RandomPool,
     bar: &indicatif::ProgressBar,
 ) -> anyhow::Result<(Duration, LatencyRecorder)> {
-    let len = plan.file_bytes(variant);
-    let map_file = std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .open(path)
-        .with_context(|| format!("open {} for mapping", path.display()))?;
+    let len = plan.file_bytes(variant) as usize;
+    let open_for_map = || {
+        std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(path)
+            .with_context(|| format!("open {} for mapping", path.display()))
+    };
     let mut maps = match variant {
         // SAFETY: the file is this bench's own (created just now with a
         // unique name, mode 0600) and nobody truncates it while it is
         // mapped; the map is dropped before the file is removed.
         Variant::MmapRandom => {
-            Maps::Shared(unsafe { MmapOptions::new().len(len as usize).map_mut(&map_file) }?)
+            Maps::Shared(unsafe { MmapOptions::new().len(len).map_mut(&open_for_map()?) }?)
         }
         Variant::SequentialReadMap => {
             // SAFETY: as above; the map is only read.
-            let map = unsafe { MmapOptions::new().len(len as usize).map(&map_file) }?;
+            let map = unsafe { MmapOptions::new().len(len).map(&open_for_map()?) }?;
             // Fault every page in, as a reader of the store would have:
             // writeback must then deal with pages mapped into a process.
             let touched = (0..map.len())
