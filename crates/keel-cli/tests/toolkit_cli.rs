@@ -214,6 +214,10 @@ fn mmap_quick_json_reports_every_variant() {
             let ratio = f(r, "ops_per_s") / f(r, "tx_per_s");
             assert!((ratio - 100.0).abs() < 1e-6, "{r}");
         }
+        let summary = report["summary"].as_array().unwrap();
+        assert_eq!(summary.len(), 5);
+        assert_eq!(summary[0]["variant"], "sequential");
+        assert_eq!(summary[0]["median_vs_sequential"], 1.0);
     }
     assert!(leftovers(&dir).is_empty(), "{:?}", leftovers(&dir));
 }

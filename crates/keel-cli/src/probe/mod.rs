@@ -235,15 +235,12 @@ fn measure(
         region: MMAP_REGION_BYTES,
         prealloc,
         variants: mmap::Variant::ALL.to_vec(),
+        rounds: 1,
         quick: true,
         json: false,
         plot: None,
     };
-    let mmap = mmap_plan
-        .variants
-        .iter()
-        .map(|&v| mmap::Outcome::run(vfs, &mmap_plan, v))
-        .collect();
+    let mmap = mmap::run_rounds(vfs, &mmap_plan);
     figures.sizes = report::size_figures(&sizes);
     figures.scaling = report::scale_figures(&scaling);
     figures.mixed = report::mixed_figure(&mixed);

@@ -182,7 +182,7 @@ pub fn markdown(p: &Probe) -> String {
         "\n## 5. Fill random, raw\n\n{}\n\n",
         p.mmap_plan.describe()
     ));
-    out.push_str(&mmap::text(&p.mmap));
+    out.push_str(&mmap::text(&p.mmap_plan, &p.mmap));
     out
 }
 

@@ -50,6 +50,11 @@ pub struct MmapArgs {
     /// `fallocate`, `zerofill`
     #[arg(long, value_enum, default_value_t = Prealloc::None)]
     pub prealloc: Prealloc,
+    /// Run every variant this many times, each round in a rotated order;
+    /// "× sequential" is then the median of per-round ratios, which cancels
+    /// the machine's drift between variants
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=20))]
+    pub rounds: u32,
     /// Only these variants, comma-separated [default: all]
     #[arg(long, value_delimiter = ',', value_enum, value_name = "VARIANT,...")]
     pub variants: Vec<Variant>,
@@ -81,6 +86,7 @@ pub struct MmapPlan {
     pub region: u64,
     pub prealloc: Prealloc,
     pub variants: Vec<Variant>,
+    pub rounds: u32,
     pub quick: bool,
     #[serde(skip)]
     pub json: bool,
@@ -140,6 +146,7 @@ impl MmapPlan {
             region,
             prealloc: args.prealloc,
             variants,
+            rounds: args.rounds,
             quick: args.quick,
             json: args.json,
             plot: args.plot.clone(),
@@ -192,22 +199,22 @@ pub fn run(args: MmapArgs) -> anyhow::Result<ExitCode> {
         println!("{}", plan.describe());
         println!("machine: {}\n", machine.describe());
     }
-    let outcomes: Vec<Outcome> = plan
-        .variants
-        .iter()
-        .map(|&v| Outcome::run(&vfs, &plan, v))
-        .collect();
+    let outcomes = run_rounds(&vfs, &plan);
     if plan.json {
         println!("{}", json(&plan, &machine, &outcomes));
     } else {
-        print!("{}", text(&outcomes));
+        print!("{}", text(&plan, &outcomes));
     }
     if let Some(path) = &plan.plot {
         let series: Vec<plot::Series<'_>> = outcomes
             .iter()
             .filter_map(|o| {
                 Some(plot::Series {
-                    label: o.variant.name().to_string(),
+                    label: if plan.rounds > 1 {
+                        format!("{} #{}", o.variant.name(), o.round + 1)
+                    } else {
+                        o.variant.name().to_string()
+                    },
                     latency: &o.result.as_ref().ok()?.latency,
                 })
             })
@@ -225,36 +232,110 @@ pub fn run(args: MmapArgs) -> anyhow::Result<ExitCode> {
     })
 }
 
+/// Every variant, `plan.rounds` times; round `r` starts at variant `r`
+/// (mod the count), so no variant always runs first.
+pub fn run_rounds(vfs: &dyn keel::io::Vfs, plan: &MmapPlan) -> Vec<Outcome> {
+    let n = plan.variants.len();
+    let mut outcomes = Vec::new();
+    for round in 0..plan.rounds {
+        for k in 0..n {
+            let v = plan.variants[(k + round as usize) % n];
+            outcomes.push(Outcome::run(vfs, plan, v, round));
+        }
+    }
+    outcomes
+}
+
+/// Per variant: its tx/s in each round, and its time per transaction over
+/// `sequential`'s in the same round (adjacent in time), with medians.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Summary {
+    pub variant: Variant,
+    pub tx_per_s: Vec<f64>,
+    pub median_tx_per_s: Option<f64>,
+    pub vs_sequential: Vec<f64>,
+    pub median_vs_sequential: Option<f64>,
+}
+
+pub fn summarize(plan: &MmapPlan, outcomes: &[Outcome]) -> Vec<Summary> {
+    let tx = |v: Variant, r: u32| {
+        outcomes
+            .iter()
+            .find(|o| o.variant == v && o.round == r)
+            .and_then(|o| o.result.as_ref().ok())
+            .map(|m| m.tx_per_s)
+    };
+    plan.variants
+        .iter()
+        .map(|&v| {
+            let tx_per_s: Vec<f64> = (0..plan.rounds).filter_map(|r| tx(v, r)).collect();
+            let vs_sequential: Vec<f64> = (0..plan.rounds)
+                .filter_map(|r| Some(tx(Variant::Sequential, r)? / tx(v, r)?))
+                .collect();
+            Summary {
+                variant: v,
+                median_tx_per_s: median(&tx_per_s),
+                median_vs_sequential: median(&vs_sequential),
+                tx_per_s,
+                vs_sequential,
+            }
+        })
+        .collect()
+}
+
+fn median(values: &[f64]) -> Option<f64> {
+    let mut v = values.to_vec();
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    match n {
+        0 => None,
+        _ if n % 2 == 1 => Some(v[n / 2]),
+        _ => Some((v[n / 2 - 1] + v[n / 2]) / 2.0),
+    }
+}
+
 pub fn json(plan: &MmapPlan, machine: &Machine, outcomes: &[Outcome]) -> String {
     let report = serde_json::json!({
         "bench": "mmap",
         "config": plan,
         "machine": machine,
         "results": outcomes.iter().map(Outcome::json).collect::<Vec<_>>(),
+        "summary": summarize(plan, outcomes),
     });
     serde_json::to_string(&report).expect("serialisable")
 }
 
-pub fn text(outcomes: &[Outcome]) -> String {
-    let mut t = Table::new(&[
-        ("variant", Align::Left),
-        ("how", Align::Left),
+pub fn text(plan: &MmapPlan, outcomes: &[Outcome]) -> String {
+    let rounds = plan.rounds > 1;
+    let mut headers = vec![("variant", Align::Left), ("how", Align::Left)];
+    if rounds {
+        headers.push(("round", Align::Right));
+    }
+    headers.extend([
         ("total ms", Align::Right),
         ("tx/s", Align::Right),
         ("ops/s", Align::Right),
-        ("vs sequential", Align::Right),
+        ("× sequential", Align::Right),
         ("p50 µs", Align::Right),
         ("p99 µs", Align::Right),
         ("max µs", Align::Right),
     ]);
-    let base = outcomes
-        .iter()
-        .find(|o| o.variant == Variant::Sequential)
-        .and_then(|o| o.result.as_ref().ok())
-        .map(|m| m.tx_per_s);
+    let mut t = Table::new(&headers);
+    let base = |round: u32| {
+        outcomes
+            .iter()
+            .find(|o| o.variant == Variant::Sequential && o.round == round)
+            .and_then(|o| o.result.as_ref().ok())
+            .map(|m| m.tx_per_s)
+    };
     let mut errors = String::new();
-    for o in outcomes {
+    let mut sorted: Vec<&Outcome> = outcomes.iter().collect();
+    sorted.sort_by_key(|o| (plan.variants.iter().position(|&v| v == o.variant), o.round));
+    for o in sorted {
         let mut row = vec![o.variant.name().to_string(), o.variant.how().to_string()];
+        if rounds {
+            row.push((o.round + 1).to_string());
+        }
         match &o.result {
             Ok(m) => {
                 let s = m.latency.summary();
@@ -262,7 +343,7 @@ pub fn text(outcomes: &[Outcome]) -> String {
                     number(m.total_ms, 0),
                     number(m.tx_per_s, 0),
                     number(m.ops_per_s, 0),
-                    base.map_or(String::new(), |b| format!("{:.2}×", b / m.tx_per_s)),
+                    base(o.round).map_or(String::new(), |b| format!("{:.2}", b / m.tx_per_s)),
                     number(s.p50_us, 0),
                     number(s.p99_us, 0),
                     number(s.max_us, 0),
@@ -277,8 +358,30 @@ pub fn text(outcomes: &[Outcome]) -> String {
     }
     let mut out = t.render();
     out.push_str(
-        "\n`vs sequential`: how many times longer a transaction takes than with `sequential`.\n",
+        "\n`× sequential`: how many times longer a transaction takes than with `sequential` \
+         in the same round.\n",
     );
+    if rounds {
+        let mut m = Table::new(&[
+            ("variant", Align::Left),
+            ("median tx/s", Align::Right),
+            ("median × sequential", Align::Right),
+            ("× sequential per round", Align::Left),
+        ]);
+        for s in summarize(plan, outcomes) {
+            let per_round: Vec<String> =
+                s.vs_sequential.iter().map(|r| format!("{r:.2}")).collect();
+            m.push(vec![
+                s.variant.name().to_string(),
+                s.median_tx_per_s.map_or("error".into(), |x| number(x, 0)),
+                s.median_vs_sequential
+                    .map_or("error".into(), |x| format!("{x:.2}")),
+                per_round.join(", "),
+            ]);
+        }
+        out.push_str(&format!("\nmedians of {} rounds:\n\n", plan.rounds));
+        out.push_str(&m.render());
+    }
     if !errors.is_empty() {
         out.push_str("\nerrors:\n");
         out.push_str(&errors);
@@ -311,6 +414,7 @@ mod tests {
         );
         assert_eq!(p.prealloc, Prealloc::None);
         assert_eq!(p.variants, Variant::ALL);
+        assert_eq!(p.rounds, 1);
         assert_eq!(p.file_bytes(Variant::Sequential), 116_000_000);
         for bad in [
             &["--transactions", "0"][..],
@@ -318,8 +422,65 @@ mod tests {
             &["--region", "4K"],
             &["--prealloc", "sparse"],
             &["--variants", "nope"],
+            &["--rounds", "0"],
         ] {
             assert!(plan(bad).is_err(), "{bad:?}");
         }
+    }
+}
+
+#[cfg(test)]
+mod summary_tests {
+    use super::*;
+    use crate::bench::report::LatencyRecorder;
+
+    fn outcome(variant: Variant, round: u32, tx_per_s: f64) -> Outcome {
+        Outcome {
+            variant,
+            round,
+            result: Ok(run::Measured {
+                total_ms: 1.0,
+                tx_per_s,
+                ops_per_s: tx_per_s * 100.0,
+                latency: LatencyRecorder::new(),
+            }),
+        }
+    }
+
+    #[test]
+    fn ratios_are_taken_within_a_round_and_medians_across() {
+        let cli = <MmapPlanCli as clap::Parser>::try_parse_from([
+            "mmap",
+            "--rounds",
+            "3",
+            "--variants",
+            "sequential,mmap_random",
+        ])
+        .unwrap();
+        let plan = MmapPlan::resolve(&cli.args).unwrap();
+        let outcomes = vec![
+            outcome(Variant::Sequential, 0, 1000.0),
+            outcome(Variant::MmapRandom, 0, 500.0),
+            outcome(Variant::Sequential, 1, 2000.0),
+            outcome(Variant::MmapRandom, 1, 500.0),
+            outcome(Variant::Sequential, 2, 900.0),
+            outcome(Variant::MmapRandom, 2, 300.0),
+        ];
+        let s = summarize(&plan, &outcomes);
+        assert_eq!(s[0].median_vs_sequential, Some(1.0));
+        assert_eq!(s[1].vs_sequential, [2.0, 4.0, 3.0]);
+        assert_eq!(s[1].median_vs_sequential, Some(3.0));
+        assert_eq!(s[1].median_tx_per_s, Some(500.0));
+        let text = text(&plan, &outcomes);
+        assert!(
+            text.contains("medians of 3 rounds") && text.contains("2.00, 4.00, 3.00"),
+            "{text}"
+        );
+    }
+
+    #[derive(clap::Parser)]
+    struct MmapPlanCli {
+        #[command(flatten)]
+        args: MmapArgs,
     }
 }

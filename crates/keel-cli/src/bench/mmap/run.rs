@@ -92,23 +92,30 @@ pub struct Measured {
 #[derive(Clone, Debug)]
 pub struct Outcome {
     pub variant: Variant,
+    /// The round (0-based) of `--rounds`.
+    pub round: u32,
     pub result: Result<Measured, String>,
 }
 
 impl Outcome {
-    pub fn run(vfs: &dyn Vfs, plan: &MmapPlan, variant: Variant) -> Outcome {
+    pub fn run(vfs: &dyn Vfs, plan: &MmapPlan, variant: Variant, round: u32) -> Outcome {
         let result = run_one(vfs, plan, variant).map_err(|e| {
             let message = format!("{e:#}");
             eprintln!("{}: error: {message}", variant.name());
             message
         });
-        Outcome { variant, result }
+        Outcome {
+            variant,
+            round,
+            result,
+        }
     }
 
     pub fn json(&self) -> serde_json::Value {
         let mut v = serde_json::json!({
             "variant": self.variant.name(),
             "how": self.variant.how(),
+            "round": self.round,
         });
         match &self.result {
             Ok(m) => {
@@ -287,6 +294,7 @@ mod tests {
                 region: 1 << 20,
                 prealloc,
                 variants: Variant::ALL.to_vec(),
+                rounds: 1,
                 quick: true,
                 json: true,
                 plot: None,
