@@ -184,6 +184,7 @@ fn measure(
     );
     let floor = durable_floor(vfs, &dir, &machine, &args);
     let mut figures = verdict::Figures {
+        persistent: machine.persistent(),
         volatile_cache: machine.volatile_cache(),
         methods: report::method_figures(&floor),
         ..Default::default()

@@ -215,13 +215,13 @@ fn verdict_text(v: &verdict::Verdict) -> String {
             }
             out.push_str(".\n\n");
         }
-        _ => out.push_str("**No recommendation:** no durable method could be measured.\n\n"),
+        _ => out.push_str("**No recommendation** (the reasons follow).\n\n"),
     }
     for r in &v.reasons {
         out.push_str(&format!("* {r}\n"));
     }
     out.push('\n');
-    if v.warnings.is_empty() {
+    if v.warnings.is_empty() && v.method.is_some() {
         out.push_str(&format!(
             "No \"flushes may be ignored\" warning: the fastest durable 4 KiB write is not below \
              {:.0} µs, and O_DIRECT|O_DSYNC costs more than {}× O_DIRECT at 4 KiB (rules \

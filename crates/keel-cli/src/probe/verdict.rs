@@ -73,6 +73,9 @@ pub struct MixedFigure {
 /// Everything the verdict is computed from.
 #[derive(Clone, Debug, Default)]
 pub struct Figures {
+    /// Whether the file system keeps anything across a power cut (not
+    /// tmpfs or ramfs).
+    pub persistent: bool,
     pub volatile_cache: bool,
     pub methods: Vec<MethodFigure>,
     pub sizes: Vec<SizeFigure>,
@@ -112,6 +115,15 @@ pub fn verdict(f: &Figures) -> Verdict {
         reasons: Vec::new(),
         warnings: Vec::new(),
     };
+    if !f.persistent {
+        v.reasons.push(
+            "this file system keeps nothing across a power cut (it lives in memory), so no \
+             write here is durable and nothing can be recommended; run the probe with --dir on \
+             the disk the store will use"
+                .into(),
+        );
+        return v;
+    }
     choose_method(f, &mut v);
     choose_write_size(f, &mut v);
     choose_writes_in_flight(f, &mut v);
@@ -343,6 +355,7 @@ mod tests {
         use Prealloc::{Fallocate as F, Zerofill as Z};
         use WriteMethod::*;
         Figures {
+            persistent: true,
             volatile_cache: true,
             methods: vec![
                 m(Fdatasync, Z, 16384, 130.0),
@@ -443,8 +456,24 @@ mod tests {
     }
 
     #[test]
+    fn a_memory_file_system_gets_no_recommendation() {
+        let mut f = honest();
+        f.persistent = false;
+        let v = verdict(&f);
+        assert_eq!(
+            (v.method, v.write_size, v.writes_in_flight),
+            (None, None, None)
+        );
+        assert_eq!(v.reasons.len(), 1);
+        assert!(v.reasons[0].contains("--dir"));
+    }
+
+    #[test]
     fn nothing_measured_gives_no_recommendation() {
-        let v = verdict(&Figures::default());
+        let v = verdict(&Figures {
+            persistent: true,
+            ..Figures::default()
+        });
         assert_eq!(
             (v.method, v.write_size, v.writes_in_flight),
             (None, None, None)
