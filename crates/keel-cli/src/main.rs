@@ -7,6 +7,7 @@ use clap::{Parser, Subcommand};
 
 mod bench;
 mod diskcheck;
+mod probe;
 mod util;
 
 #[derive(Parser, Debug)]
@@ -23,6 +24,10 @@ struct Cli {
 
 #[derive(Subcommand, Debug)]
 enum Command {
+    /// Run first: short versions of every bench here, then which write
+    /// method, preallocation and write size Keel's journal should use, and
+    /// whether flushes may be ignored
+    Probe(probe::ProbeArgs),
     /// Benchmarks of durable-write methods and of Keel itself.
     #[command(subcommand)]
     Bench(bench::BenchCommand),
@@ -34,6 +39,7 @@ enum Command {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
+        Command::Probe(args) => probe::run(args),
         Command::Bench(cmd) => bench::run(cmd),
         Command::Diskcheck(cmd) => diskcheck::run(cmd),
     };

@@ -3,7 +3,10 @@
 //! description, tables, progress bars, file cleanup and plots.
 
 pub mod methods;
+pub mod mixed;
+pub mod mmap;
 pub mod report;
+pub mod sizes;
 
 use std::process::ExitCode;
 
@@ -15,10 +18,24 @@ pub enum BenchCommand {
     /// file, made durable with each write method (buffered, fsync,
     /// fdatasync, O_DSYNC, O_DIRECT, O_DIRECT|O_DSYNC, RWF_DSYNC, io_uring)
     Methods(methods::MethodsArgs),
+    /// Throughput by write size (4 KiB … 16 MiB), buffered vs durable
+    /// (O_DIRECT|O_DSYNC); with parallel writers, separate files, many
+    /// threads
+    Sizes(sizes::SizesArgs),
+    /// Random 16 KiB reads and writes (60/40) over a file set of random
+    /// data, O_DIRECT, N threads, with and without an fsync after every write
+    Mixed(mixed::MixedArgs),
+    /// The fill-random experiment's raw variants: 10,000 transactions of
+    /// 100 puts written sequentially, as small writes, at random offsets,
+    /// through a shared map (msync), and beside a read-only map
+    Mmap(mmap::MmapArgs),
 }
 
 pub fn run(cmd: BenchCommand) -> anyhow::Result<ExitCode> {
     match cmd {
         BenchCommand::Methods(args) => methods::run(args),
+        BenchCommand::Sizes(args) => sizes::run(args),
+        BenchCommand::Mixed(args) => mixed::run(args),
+        BenchCommand::Mmap(args) => mmap::run(args),
     }
 }

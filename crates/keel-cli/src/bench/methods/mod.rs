@@ -18,7 +18,8 @@ use keel::io::{RealVfs, Vfs, WriteMethod};
 
 use crate::bench::report::Machine;
 use crate::util::Size;
-pub use plan::{Plan, Prealloc, PreallocArg, RunSpec};
+pub use output::result_json;
+pub use plan::{Plan, PreallocArg, RunSpec};
 pub use run::Outcome;
 
 /// Flags of `keel bench methods`.

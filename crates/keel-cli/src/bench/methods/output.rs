@@ -51,6 +51,11 @@ impl<'a> From<&'a Outcome> for ResultJson<'a> {
     }
 }
 
+/// One element of the `results` array (also used by `keel probe`).
+pub fn result_json(o: &Outcome) -> serde_json::Value {
+    serde_json::to_value(ResultJson::from(o)).expect("serialisable")
+}
+
 /// The whole JSON report; fields print in this order.
 #[derive(Serialize)]
 struct ReportJson<'a> {

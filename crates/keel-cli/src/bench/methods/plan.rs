@@ -3,13 +3,12 @@
 
 use std::path::PathBuf;
 
-use anyhow::{bail, Context};
+use anyhow::bail;
 use clap::ValueEnum;
 use keel::io::{Vfs, WriteMethod};
-use serde::Serialize;
 
 use super::MethodsArgs;
-use crate::util::{ensure_dir, format_size, format_size_approx};
+use crate::util::format_size;
 
 /// The original experiment: a 1 GiB journal, 65,536 commits of 16 KiB.
 const DEFAULT_FILE_SIZE_BYTES: u64 = 1 << 30;
@@ -35,30 +34,7 @@ pub enum PreallocArg {
     Both,
 }
 
-/// How one run's journal file is prepared before the timed loop.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Prealloc {
-    /// An empty file that grows with every commit: each durable write also
-    /// changes the file size and allocates blocks (metadata).
-    None,
-    /// `fallocate`: blocks reserved as unwritten extents; the first write to
-    /// each converts it, a metadata change the sync must also persist.
-    Fallocate,
-    /// Zeros written over the whole file and synced: later overwrites change
-    /// no metadata, the cheapest case for a durable write.
-    Zerofill,
-}
-
-impl Prealloc {
-    pub fn name(self) -> &'static str {
-        match self {
-            Prealloc::None => "none",
-            Prealloc::Fallocate => "fallocate",
-            Prealloc::Zerofill => "zerofill",
-        }
-    }
-}
+pub use crate::bench::report::Prealloc;
 
 /// One timed run: `count` commits of `size_bytes` with `method` into a
 /// fresh file prepared with `prealloc`.
@@ -214,34 +190,8 @@ impl Plan {
     /// has room for the largest one (each run removes its file before the
     /// next starts).
     pub fn check_dir(&self, vfs: &dyn Vfs) -> anyhow::Result<()> {
-        ensure_dir(&self.dir)?;
-        let probe = self
-            .dir
-            .join(format!(".keel-bench-probe-{}", std::process::id()));
-        std::fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .open(&probe)
-            .with_context(|| {
-                format!(
-                    "cannot create files in {}; choose a writable --dir",
-                    self.dir.display()
-                )
-            })?;
-        std::fs::remove_file(&probe)
-            .with_context(|| format!("cannot remove {}", probe.display()))?;
         let needed = self.runs().iter().map(RunSpec::space_needed_bytes).max();
-        let available = vfs.free_space(&self.dir)?;
-        if needed.unwrap_or(0) > available {
-            bail!(
-                "not enough free space in {}: a run needs {}, {} available; choose a smaller \
-                 --file-size or another --dir",
-                self.dir.display(),
-                format_size(needed.unwrap_or(0)),
-                format_size_approx(available)
-            );
-        }
-        Ok(())
+        crate::bench::report::check_dir(vfs, &self.dir, needed.unwrap_or(0), "--file-size")
     }
 
     /// Every run, method by method: each prealloc mode, each split.

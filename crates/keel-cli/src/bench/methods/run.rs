@@ -5,18 +5,18 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
-use keel::io::{AlignedBuf, IoError, OpenMode, OpenOptions, SyncKind, Vfs, VfsFile, WriteMethod};
-use rand::RngCore;
+use keel::io::{IoError, SyncKind, Vfs, VfsFile, WriteMethod};
 
-use super::{Plan, Prealloc, RunSpec};
-use crate::bench::report::{progress, BenchFile, LatencyRecorder, Machine, RunFigures};
+use super::{Plan, RunSpec};
+use crate::bench::report::{
+    files, progress, BenchFile, LatencyRecorder, Machine, RandomPool, RunFigures,
+};
 
 /// Commit payloads are taken from a random pool this much larger than one
 /// commit, each at a different 4 KiB-aligned start, so that consecutive
 /// commits carry different bytes (a device that deduplicates or compresses
 /// gets no help) without allocating `count × size` bytes.
 const POOL_SLACK_BYTES: usize = 1 << 20;
-const POOL_STEP_BYTES: usize = 4096;
 
 /// What a successful run measured.
 #[derive(Clone, Debug)]
@@ -114,36 +114,24 @@ pub fn prepare_file(vfs: &dyn Vfs, path: &Path, spec: &RunSpec) -> anyhow::Resul
         }
         .into());
     }
-    let file = vfs.open(path, OpenOptions::new(OpenMode::Buffered).create_new(true))?;
-    match spec.prealloc {
-        Prealloc::None => {}
-        Prealloc::Fallocate => file.allocate(0, spec.file_size_bytes)?,
-        Prealloc::Zerofill => file.zero_fill(0, spec.file_size_bytes)?,
-    }
-    file.sync(SyncKind::All)?;
-    vfs.sync_dir(dir)?;
-    Ok(())
+    files::prepare_file(vfs, path, spec.prealloc, spec.file_size_bytes, false)
 }
 
 /// Random, incompressible bytes, aligned for direct I/O, filled before the
 /// timed region.
-fn random_pool(size: usize) -> AlignedBuf {
-    let mut pool = AlignedBuf::new(size + POOL_SLACK_BYTES, POOL_STEP_BYTES);
-    rand::rng().fill_bytes(&mut pool);
-    pool
+fn random_pool(size: usize) -> RandomPool {
+    RandomPool::new(size, POOL_SLACK_BYTES)
 }
 
 /// The payload of commit `i`.
-fn payload(pool: &AlignedBuf, i: u64, size: usize) -> &[u8] {
-    let slots = (POOL_SLACK_BYTES / POOL_STEP_BYTES) as u64;
-    let start = (i % slots) as usize * POOL_STEP_BYTES;
-    &pool[start..start + size]
+fn payload(pool: &RandomPool, i: u64, size: usize) -> &[u8] {
+    pool.payload(i, size)
 }
 
 fn timed_loop(
     journal: &dyn VfsFile,
     spec: &RunSpec,
-    pool: &AlignedBuf,
+    pool: &RandomPool,
     bar: &indicatif::ProgressBar,
 ) -> anyhow::Result<(Duration, LatencyRecorder)> {
     let size = spec.size_bytes as usize;
@@ -200,6 +188,7 @@ pub fn commit(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::bench::report::Prealloc;
     use keel::io::RealVfs;
 
     fn spec(method: WriteMethod, prealloc: Prealloc, parts: u32) -> RunSpec {
@@ -256,7 +245,7 @@ mod tests {
         let pool = random_pool(8192);
         assert_ne!(payload(&pool, 0, 8192), payload(&pool, 1, 8192));
         assert_eq!(
-            payload(&pool, 0, 8192).as_ptr() as usize % POOL_STEP_BYTES,
+            payload(&pool, 0, 8192).as_ptr() as usize % files::POOL_STEP_BYTES,
             0
         );
     }

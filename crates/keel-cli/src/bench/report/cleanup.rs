@@ -9,6 +9,8 @@ use std::sync::{Mutex, Once};
 /// handler. A file is registered before it is created so that an interrupt
 /// between the two cannot leak it.
 static LIVE_PATHS: Mutex<Vec<PathBuf>> = Mutex::new(Vec::new());
+/// Directories a bench created for its files, removed after the files.
+static LIVE_DIRS: Mutex<Vec<PathBuf>> = Mutex::new(Vec::new());
 static HANDLER: Once = Once::new();
 
 /// The exit status of a process ended by SIGINT (128 + 2), as shells report.
@@ -45,10 +47,43 @@ impl Drop for BenchFile {
     }
 }
 
+/// A directory a bench creates for its files (`keel probe`'s scratch
+/// folder): removed when this guard drops or on Ctrl-C, once its bench
+/// files are gone. Only an empty directory is removed, so nothing else that
+/// was put there is lost.
+#[derive(Debug)]
+pub struct BenchDir {
+    path: PathBuf,
+}
+
+impl BenchDir {
+    pub fn new(path: PathBuf) -> BenchDir {
+        install_interrupt_cleanup();
+        lock_dirs().push(path.clone());
+        BenchDir { path }
+    }
+}
+
+impl Drop for BenchDir {
+    fn drop(&mut self) {
+        match std::fs::remove_dir(&self.path) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                eprintln!("warning: could not remove {}: {e}", self.path.display())
+            }
+            _ => {}
+        }
+        lock_dirs().retain(|p| p != &self.path);
+    }
+}
+
 fn lock_paths() -> std::sync::MutexGuard<'static, Vec<PathBuf>> {
     // A panic while the lock was held cannot leave the list inconsistent
     // (each operation is one push or retain), so poisoning is ignored.
     LIVE_PATHS.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn lock_dirs() -> std::sync::MutexGuard<'static, Vec<PathBuf>> {
+    LIVE_DIRS.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 fn remove_if_present(path: &Path) -> std::io::Result<()> {
@@ -67,6 +102,9 @@ fn install_interrupt_cleanup() {
             let paths = std::mem::take(&mut *lock_paths());
             for path in &paths {
                 let _ = remove_if_present(path);
+            }
+            for dir in std::mem::take(&mut *lock_dirs()) {
+                let _ = std::fs::remove_dir(dir);
             }
             eprintln!("\ninterrupted: removed {} bench file(s)", paths.len());
             std::process::exit(INTERRUPTED_EXIT_CODE);
@@ -96,6 +134,15 @@ mod tests {
         assert!(!lock_paths().contains(&path));
         // Dropping a guard whose file was never created is fine.
         drop(BenchFile::new(dir.join("never")).unwrap());
+        let sub = dir.join("scratch");
+        let kept = dir.join("kept");
+        std::fs::create_dir_all(&sub).unwrap();
+        std::fs::create_dir_all(&kept).unwrap();
+        std::fs::write(kept.join("user-file"), b"x").unwrap();
+        drop(BenchDir::new(sub.clone()));
+        drop(BenchDir::new(kept.clone()));
+        assert!(!sub.exists(), "an empty bench dir is removed");
+        assert!(kept.join("user-file").exists(), "a non-empty one is kept");
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -49,6 +49,15 @@ impl LatencyRecorder {
             .saturating_record(ns.clamp(1, HIGHEST_TRACKABLE_NS));
     }
 
+    /// Add every operation `other` recorded (per-thread recorders merged
+    /// after a multi-threaded run).
+    pub fn merge(&mut self, other: &LatencyRecorder) {
+        self.max_ns = self.max_ns.max(other.max_ns);
+        self.hist
+            .add(&other.hist)
+            .expect("recorders share the same bounds");
+    }
+
     /// How many operations were recorded.
     pub fn len(&self) -> u64 {
         self.hist.len()
@@ -125,6 +134,18 @@ mod tests {
         one.record(Duration::from_nanos(1_212_479));
         assert_eq!(one.summary().p99_us, one.summary().max_us);
         assert_eq!(s.max_us, 123_456.789);
+    }
+
+    #[test]
+    fn merge_keeps_counts_and_the_exact_max() {
+        let mut a = LatencyRecorder::new();
+        let mut b = LatencyRecorder::new();
+        a.record(Duration::from_micros(10));
+        b.record(Duration::from_nanos(2_000_123));
+        b.record(Duration::from_micros(20));
+        a.merge(&b);
+        assert_eq!(a.len(), 3);
+        assert_eq!(a.summary().max_us, 2_000.123);
     }
 
     #[test]

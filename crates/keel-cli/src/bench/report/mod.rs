@@ -11,12 +11,16 @@
 //! * [`Table`] / [`number`] — markdown tables for text output.
 //! * [`progress::bar`] — progress bars on stderr, hidden when not a terminal.
 //! * [`BenchFile`] — a bench file removed on drop and on Ctrl-C.
-//! * [`plot::percentile_svg`] — an SVG latency plot, one line per series.
+//! * [`plot::percentile_svg`] — an SVG latency plot, one line per series;
+//!   [`plot::xy_svg`] — figures against a parameter (MB/s by write size).
+//! * [`files`] — the directory check, [`Prealloc`] and file preparation,
+//!   [`RandomPool`] payloads.
 //!
 //! Conventions: figures go to stdout (a table, or one JSON object with
 //! `--json`); progress, warnings and errors go to stderr.
 
 mod cleanup;
+pub mod files;
 mod latency;
 mod machine;
 pub mod plot;
@@ -27,7 +31,8 @@ use std::time::Duration;
 
 use serde::Serialize;
 
-pub use cleanup::BenchFile;
+pub use cleanup::{BenchDir, BenchFile};
+pub use files::{check_dir, prepare_file, Prealloc, RandomPool};
 pub use latency::{LatencyRecorder, LatencySummary};
 pub use machine::Machine;
 pub use table::{number, Align, Table};

@@ -79,6 +79,76 @@ pub fn percentile_svg(path: &Path, title: &str, series: &[Series<'_>]) -> anyhow
         .with_context(|| format!("writing {}", path.display()))
 }
 
+/// One line of an x-y plot: `(x, y)` points in x order.
+pub struct XySeries {
+    pub label: String,
+    pub points: Vec<(f64, f64)>,
+}
+
+/// Plot figures against a parameter (MB/s against write size), both axes on
+/// a log scale so that 4 KiB … 16 MiB and 10 … 10,000 MB/s fit together;
+/// `x_label` formats the x ticks (sizes as `4 KiB`).
+pub fn xy_svg(
+    path: &Path,
+    title: &str,
+    (x_desc, y_desc): (&str, &str),
+    series: &[XySeries],
+    x_label: &dyn Fn(f64) -> String,
+) -> anyhow::Result<()> {
+    let points = || series.iter().flat_map(|s| s.points.iter().copied());
+    anyhow::ensure!(points().next().is_some(), "no figures to plot");
+    let (x_lo, x_hi) = points().fold((f64::MAX, 0.0f64), |(lo, hi), (x, _)| {
+        (lo.min(x), hi.max(x))
+    });
+    let (y_lo, y_hi) = points().fold((f64::MAX, 0.0f64), |(lo, hi), (_, y)| {
+        (lo.min(y), hi.max(y))
+    });
+    let x_range = (x_lo.max(1e-9) / 1.3)..(x_hi.max(x_lo * 2.0) * 1.3);
+    let y_range = (y_lo.max(1e-3) / 1.5)..(y_hi.max(y_lo * 2.0).max(2e-3) * 1.5);
+    let root = SVGBackend::new(path, (1000, 620)).into_drawing_area();
+    root.fill(&WHITE).map_err(plot_err)?;
+    let mut chart = ChartBuilder::on(&root)
+        .caption(title, ("sans-serif", 20))
+        .margin(16)
+        .margin_right(48)
+        .x_label_area_size(44)
+        .y_label_area_size(70)
+        .build_cartesian_2d(x_range.log_scale(), y_range.log_scale())
+        .map_err(plot_err)?;
+    chart
+        .configure_mesh()
+        .x_desc(x_desc)
+        .y_desc(y_desc)
+        .x_label_formatter(&|x| x_label(*x))
+        .y_label_formatter(&|y| format!("{y}"))
+        .draw()
+        .map_err(plot_err)?;
+    for (i, s) in series.iter().enumerate() {
+        let color = series_color(i);
+        chart
+            .draw_series(LineSeries::new(
+                s.points.iter().copied(),
+                color.stroke_width(2),
+            ))
+            .map_err(plot_err)?
+            .label(s.label.clone())
+            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], color));
+        chart
+            .draw_series(s.points.iter().map(|&p| Circle::new(p, 3, color.filled())))
+            .map_err(plot_err)?;
+    }
+    chart
+        .configure_series_labels()
+        .position(SeriesLabelPosition::UpperLeft)
+        .background_style(WHITE.mix(0.85))
+        .border_style(BLACK)
+        .draw()
+        .map_err(plot_err)?;
+    root.present()
+        .map_err(plot_err)
+        .with_context(|| format!("writing {}", path.display()))
+}
+
 /// Ten colours that stay apart from each other (matplotlib's `tab10`);
 /// plotters' own palette puts similar yellows at positions 2 and 8.
 const DISTINCT_COLORS: [(u8, u8, u8); 10] = [
@@ -179,5 +249,13 @@ mod tests {
             latency: &empty,
         }];
         assert!(percentile_svg(&path, "t", &none).is_err());
+        let xy = [XySeries {
+            label: "durable".into(),
+            points: vec![(4096.0, 30.0), (16384.0, 110.0), (1048576.0, 1900.0)],
+        }];
+        xy_svg(&path, "t", ("size", "MB/s"), &xy, &|x| format!("{x}")).unwrap();
+        let svg = std::fs::read_to_string(&path).unwrap();
+        assert!(svg.starts_with("<svg") && svg.contains("durable"));
+        std::fs::remove_file(&path).unwrap();
     }
 }
