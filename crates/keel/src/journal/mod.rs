@@ -23,7 +23,10 @@ mod writer;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-pub use format::{RecordError, FORMAT_VERSION, RECORD_HEADER_BYTES};
+pub use format::{
+    HeaderError, RecordError, SegmentHeader, FLAG_EPOCH_START, FORMAT_VERSION, RECORD_HEADER_BYTES,
+    SEGMENT_HEADER_BYTES,
+};
 pub use scan::{RecordInfo, Scan, SegmentScan, StopReason};
 pub use writer::{CommitHandle, Records};
 
@@ -41,6 +44,10 @@ pub const DEFAULT_SEGMENT_SIZE_BYTES: u64 = 64 << 20;
 /// (durable throughput flattens past ~1 MiB), while it delays every
 /// committer queued behind it.
 pub const DEFAULT_MAX_WRITE_BYTES: usize = 1 << 20;
+
+/// `truncate_after` zeroes the discarded tail in writes of this size, from
+/// the end backwards; a crash can tear the one in flight.
+pub(crate) const TRUNCATE_CHUNK_BYTES: usize = 1 << 20;
 
 /// What recovery does when it meets a record it cannot accept.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -331,7 +338,8 @@ impl Drop for Journal {
 /// Scan a journal directory without opening it for writing (no lock, no
 /// recovery actions): what `keel journal dump` and `check` show.
 pub fn inspect(vfs: &dyn Vfs, dir: &Path) -> Result<Scan, JournalError> {
-    let scan = scan::scan(vfs, dir, DEFAULT_MAX_WRITE_BYTES as u64)?;
+    let tolerated = DEFAULT_MAX_WRITE_BYTES.max(TRUNCATE_CHUNK_BYTES) as u64;
+    let scan = scan::scan(vfs, dir, tolerated)?;
     if scan.segments.is_empty() {
         return Err(JournalError::NotAJournal(dir.to_path_buf()));
     }
