@@ -198,14 +198,15 @@ pub fn walk_segment(
     }
 }
 
-/// Look for a valid record of epoch `salt` with an LSN above `expected_lsn`
-/// in `bytes[from..]`: evidence that damage sits in the middle of the
-/// journal rather than at its torn tail.
+/// Look for a valid record of epoch `salt` (any epoch if `None`: a chain
+/// with no record yet has none) with an LSN above `expected_lsn` in
+/// `bytes[from..]`: evidence that damage sits in the middle of the journal
+/// rather than at its torn tail.
 pub fn find_valid_after(
     bytes: &[u8],
     seq: u64,
     from: usize,
-    salt: u32,
+    salt: Option<u32>,
     expected_lsn: u64,
 ) -> Option<(u64, u64)> {
     let seq_bytes = seq.to_le_bytes();
@@ -215,7 +216,7 @@ pub fn find_valid_after(
     while p + RECORD_HEADER_BYTES <= bytes.len() {
         if bytes[p + 16..p + 24] == seq_bytes {
             if let Ok((h, _)) = RecordHeader::decode(&bytes[p..]) {
-                if h.salt == salt && h.lsn > expected_lsn {
+                if salt.is_none_or(|s| s == h.salt) && h.lsn > expected_lsn {
                     return Some((p as u64, h.lsn));
                 }
             }
@@ -345,7 +346,13 @@ fn extend_chain(
 ) -> Option<(u64, u64)> {
     let seq = seg.seq;
     let before = chain.cursor;
-    let (records, end, stop) = walk_segment(bytes, seq, h.block_size as usize, &mut chain.cursor);
+    let (records, end, mut stop) =
+        walk_segment(bytes, seq, h.block_size as usize, &mut chain.cursor);
+    if stop == StopReason::SegmentEnd && bytes.len() as u64 != h.segment_size {
+        // Segment files never change length once their header is written:
+        // this one was cut short (or extended) behind the journal's back.
+        stop = StopReason::Damaged(RecordError::BadLength);
+    }
     if chain.started && records.is_empty() {
         // The next segment does not continue the chain: the chain ended in
         // the previous segment — unless that one ended cleanly and this
@@ -370,18 +377,25 @@ fn extend_chain(
         let tolerated = tolerated_damage_bytes + u64::from(h.block_size);
         return Some((u64::from(h.block_size).saturating_add(tolerated), 0));
     }
-    chain.started = chain.started || !records.is_empty() || chain.prev_seq.is_none();
+    // Here the chain has started already, or this is its first segment.
+    chain.started = true;
+    if records.is_empty() {
+        // The chain's first segment holds no record: nothing can follow it
+        // (a record always fits in an empty segment, so no rollover leaves
+        // one empty), and without a record there is no LSN or salt for the
+        // next segment's records to continue.
+        chain.open = false;
+    }
     seg.in_chain = true;
     seg.end_pos = end;
     if let Some(first) = records.first() {
         out.first_lsn.get_or_insert(first.lsn);
     }
     seg.records = records;
-    if let (StopReason::Damaged(_), Some(salt), Some(exp)) =
-        (&stop, chain.cursor.salt, chain.cursor.expected_lsn)
-    {
+    if let StopReason::Damaged(_) = stop {
         let tolerated = tolerated_damage_bytes + u64::from(h.block_size);
         let from = end.saturating_add(tolerated).min(bytes.len() as u64) as usize;
+        let (salt, exp) = (chain.cursor.salt, chain.cursor.expected_lsn.unwrap_or(0));
         if let Some((pos, lsn)) = find_valid_after(bytes, seq, from, salt, exp) {
             out.valid_after_damage.get_or_insert((seq, pos, lsn));
         }
@@ -405,13 +419,13 @@ fn look_past_chain(
     if out.valid_after_damage.is_some() {
         return;
     }
-    let (Some(salt), Some(expected)) = (cursor.salt, cursor.expected_lsn) else {
-        return;
-    };
+    // Before the chain's first record any record counts: the chain ended
+    // in its first segment without one.
+    let expected = cursor.expected_lsn.unwrap_or(1);
     let from = from.min(bytes.len() as u64) as usize;
     // `find_valid_after` wants LSNs strictly above its bound.
     let bound = (expected + above).saturating_sub(1);
-    if let Some((pos, lsn)) = find_valid_after(bytes, seq, from, salt, bound) {
+    if let Some((pos, lsn)) = find_valid_after(bytes, seq, from, cursor.salt, bound) {
         out.valid_after_damage = Some((seq, pos, lsn));
     }
 }
