@@ -7,6 +7,7 @@ use clap::{Parser, Subcommand};
 
 mod bench;
 mod diskcheck;
+mod journal;
 mod probe;
 mod util;
 
@@ -34,6 +35,10 @@ enum Command {
     /// Check that a disk keeps the writes it acknowledged (diskchecker.pl).
     #[command(subcommand)]
     Diskcheck(diskcheck::DiskcheckCommand),
+    /// Look inside a journal directory (read-only): list it, or check it
+    /// for corruption.
+    #[command(subcommand)]
+    Journal(journal::JournalCommand),
 }
 
 fn main() -> ExitCode {
@@ -42,6 +47,7 @@ fn main() -> ExitCode {
         Command::Probe(args) => probe::run(args),
         Command::Bench(cmd) => bench::run(cmd),
         Command::Diskcheck(cmd) => diskcheck::run(cmd),
+        Command::Journal(cmd) => journal::run(cmd),
     };
     match result {
         Ok(code) => code,

@@ -16,7 +16,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
 use keel::io::{CrashMode, SimVfs, Vfs, WriteMethod};
-use keel::journal::{Journal, JournalError, JournalOptions, Lsn};
+use keel::journal::{Journal, JournalError, JournalOptions, Lsn, RecoveryMode};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 
@@ -61,6 +61,9 @@ fn options(seed: u64) -> JournalOptions {
             WriteMethod::OdirectDsync
         }),
         lz4_min_bytes: (seed % 4 == 1).then_some(64),
+        // Crashes alone must never look like corruption: the strict mode
+        // refuses to open exactly when they would.
+        recovery_mode: RecoveryMode::RefuseCorruption,
         ..JournalOptions::default()
     }
 }

@@ -77,6 +77,21 @@ pub enum HeaderError {
     BadMagic,
     BadChecksum,
     UnsupportedVersion(u32),
+    /// A valid header whose sequence number is not the one in the file
+    /// name: renamed for recycling, its header not yet rewritten.
+    SeqMismatch(u64),
+}
+
+impl std::fmt::Display for HeaderError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            HeaderError::Blank => f.write_str("blank (zeros)"),
+            HeaderError::BadMagic => f.write_str("bad magic"),
+            HeaderError::BadChecksum => f.write_str("bad checksum"),
+            HeaderError::UnsupportedVersion(v) => write!(f, "unsupported format version {v}"),
+            HeaderError::SeqMismatch(s) => write!(f, "header says segment {s}"),
+        }
+    }
 }
 
 impl SegmentHeader {

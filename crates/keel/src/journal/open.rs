@@ -35,21 +35,13 @@ pub(super) fn open(
             vfs.block_size(dir)?
         )));
     }
-    // A crash can leave at most one write torn (one in flight at a time).
-    let tolerated = (options.max_write_bytes + options.block_size_bytes) as u64;
+    // A crash can leave at most one write torn (one in flight at a time):
+    // a batch, or a chunk of zeros written by `truncate_after`.
+    let tolerated = options.max_write_bytes.max(super::TRUNCATE_CHUNK_BYTES) as u64;
     let found = scan::scan(vfs.as_ref(), dir, tolerated)?;
     adopt_existing_geometry(&found.segments, &mut options)?;
     if options.recovery_mode == RecoveryMode::RefuseCorruption {
-        if let (Some((seq, pos, lsn)), Some((_, _, reason))) =
-            (found.valid_after_damage, &found.stop)
-        {
-            return Err(JournalError::Corrupt {
-                seq,
-                pos,
-                reason: reason.to_string(),
-                later_lsn: lsn,
-            });
-        }
+        refuse_corruption(&found)?;
     }
     let spec = SegmentSpec {
         dir: dir.to_path_buf(),
@@ -137,6 +129,30 @@ pub(super) fn open(
         flusher: Some(flusher),
         report,
     })
+}
+
+/// `RecoveryMode::RefuseCorruption`: fail if the scan found damage that a
+/// crash cannot explain.
+fn refuse_corruption(found: &scan::Scan) -> Result<(), JournalError> {
+    if let (Some((_, _, later_lsn)), Some((seq, pos, reason))) =
+        (found.valid_after_damage, &found.stop)
+    {
+        return Err(JournalError::Corrupt {
+            seq: *seq,
+            pos: *pos,
+            reason: reason.to_string(),
+            later_lsn,
+        });
+    }
+    if let (Some(seq), Some(later_lsn)) = (found.damaged_before_chain, found.first_lsn) {
+        return Err(JournalError::Corrupt {
+            seq,
+            pos: 0,
+            reason: "segment header damaged below the start of the chain".into(),
+            later_lsn,
+        });
+    }
+    Ok(())
 }
 
 /// The method to write with: the one asked for, or `odirect_dsync` unless

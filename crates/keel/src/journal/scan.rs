@@ -110,8 +110,17 @@ pub struct Scan {
     pub stop: Option<(u64, u64, StopReason)>,
     /// A valid record of the last epoch found after damage, beyond the
     /// reach of a torn write (see `RecoveryMode::RefuseCorruption`):
-    /// (segment seq, byte offset, lsn).
+    /// (segment seq, byte offset, lsn). Found in the damaged segment past
+    /// `tolerated_damage_bytes`, or anywhere in a later segment: one write
+    /// is in flight at a time and a write never spans segments, so a later
+    /// segment only holds records of the epoch once every earlier write was
+    /// complete.
     pub valid_after_damage: Option<(u64, u64, u64)>,
+    /// A segment below the start of the chain whose header is not valid
+    /// while the chain holds records: no crash leaves one there (segments
+    /// are created and recycled only above the active one), so the records
+    /// it held are lost to damage.
+    pub damaged_before_chain: Option<u64>,
 }
 
 /// Open a segment for reading (buffered, so no alignment rules apply).
@@ -189,14 +198,15 @@ pub fn walk_segment(
     }
 }
 
-/// Look for a valid record of epoch `salt` with an LSN above `expected_lsn`
-/// in `bytes[from..]`: evidence that damage sits in the middle of the
-/// journal rather than at its torn tail.
+/// Look for a valid record of epoch `salt` (any epoch if `None`: a chain
+/// with no record yet has none) with an LSN above `expected_lsn` in
+/// `bytes[from..]`: evidence that damage sits in the middle of the journal
+/// rather than at its torn tail.
 pub fn find_valid_after(
     bytes: &[u8],
     seq: u64,
     from: usize,
-    salt: u32,
+    salt: Option<u32>,
     expected_lsn: u64,
 ) -> Option<(u64, u64)> {
     let seq_bytes = seq.to_le_bytes();
@@ -206,7 +216,7 @@ pub fn find_valid_after(
     while p + RECORD_HEADER_BYTES <= bytes.len() {
         if bytes[p + 16..p + 24] == seq_bytes {
             if let Ok((h, _)) = RecordHeader::decode(&bytes[p..]) {
-                if h.salt == salt && h.lsn > expected_lsn {
+                if salt.is_none_or(|s| s == h.salt) && h.lsn > expected_lsn {
                     return Some((p as u64, h.lsn));
                 }
             }
@@ -216,9 +226,18 @@ pub fn find_valid_after(
     None
 }
 
-/// Scan every segment in `dir`. `tolerated_damage_bytes` is how far past a
-/// damaged record valid records may legitimately follow (the bytes a crash
-/// can leave half-written: writes in flight × the largest write).
+/// The chain's progress through the segment files of a scan.
+struct ChainWalk {
+    cursor: ChainCursor,
+    open: bool,
+    started: bool,
+    prev_seq: Option<u64>,
+}
+
+/// Scan every segment in `dir`. `tolerated_damage_bytes` (plus one block)
+/// is how far past a damaged record valid records may legitimately follow:
+/// the bytes a crash can leave half-written (writes in flight × the largest
+/// write, or a chunk of zeros written by `truncate_after`).
 pub fn scan(vfs: &dyn Vfs, dir: &Path, tolerated_damage_bytes: u64) -> Result<Scan, JournalError> {
     let mut out = Scan {
         segments: Vec::new(),
@@ -228,17 +247,25 @@ pub fn scan(vfs: &dyn Vfs, dir: &Path, tolerated_damage_bytes: u64) -> Result<Sc
         last_salt: None,
         stop: None,
         valid_after_damage: None,
+        damaged_before_chain: None,
     };
-    let mut cursor = ChainCursor {
-        expected_lsn: None,
-        salt: None,
+    let mut chain = ChainWalk {
+        cursor: ChainCursor {
+            expected_lsn: None,
+            salt: None,
+        },
+        open: true,
+        started: false,
+        prev_seq: None,
     };
-    let mut chain_open = true;
-    let mut chain_started = false;
-    let mut prev_seq: Option<u64> = None;
+    let mut bad_before_chain = None;
     for (seq, path) in list_segments(vfs, dir)? {
         let bytes = read_segment(vfs, &path)?;
-        let header = SegmentHeader::decode(&bytes);
+        let header = match SegmentHeader::decode(&bytes) {
+            // Renamed for recycling but its header not yet rewritten.
+            Ok(h) if h.seq != seq => Err(HeaderError::SeqMismatch(h.seq)),
+            other => other,
+        };
         let mut seg = SegmentScan {
             seq,
             path,
@@ -249,69 +276,156 @@ pub fn scan(vfs: &dyn Vfs, dir: &Path, tolerated_damage_bytes: u64) -> Result<Sc
             stop: None,
             in_chain: false,
         };
-        let Ok(h) = header else {
+        // Where to look for records of the chain's epoch past its end, and
+        // the lowest LSN that counts as evidence of damage.
+        let mut search = Some((0u64, 0u64));
+        match header {
             // A segment being prepared or recycled: not part of the chain,
             // and it ends the chain if the chain was waiting for it.
-            if chain_started {
-                chain_open = false;
+            Err(_) if chain.started => chain.open = false,
+            Err(_) => {
+                bad_before_chain.get_or_insert(seq);
             }
-            out.segments.push(seg);
-            continue;
-        };
-        if h.seq != seq {
-            // Renamed for recycling but its header not yet rewritten.
-            seg.header = Err(HeaderError::BadMagic);
-            if chain_started {
-                chain_open = false;
-            }
-            out.segments.push(seg);
-            continue;
-        }
-        match out.store_id {
-            None => out.store_id = Some(h.store_id),
-            Some(id) if id != h.store_id => {
-                return Err(JournalError::ForeignSegment {
-                    path: seg.path,
-                    expected: id,
-                    found: h.store_id,
-                })
-            }
-            Some(_) => {}
-        }
-        let consecutive = prev_seq.is_none_or(|p| p + 1 == seq);
-        if chain_open && consecutive {
-            let before = cursor;
-            let (records, end, stop) =
-                walk_segment(&bytes, seq, h.block_size as usize, &mut cursor);
-            if chain_started && records.is_empty() {
-                // The next segment does not continue the chain: the chain
-                // ended in the previous segment.
-                chain_open = false;
-                cursor = before;
-            } else {
-                chain_started = chain_started || !records.is_empty() || prev_seq.is_none();
-                seg.in_chain = true;
-                seg.end_pos = end;
-                if let Some(first) = records.first() {
-                    out.first_lsn.get_or_insert(first.lsn);
+            Ok(h) => {
+                check_store_id(&mut out, &seg.path, h.store_id)?;
+                if chain.prev_seq.is_some_and(|p| p + 1 != seq) {
+                    // A segment is missing: the chain cannot go on.
+                    chain.open = false;
                 }
-                seg.records = records;
-                if let (StopReason::Damaged(_), Some(salt), Some(exp)) =
-                    (&stop, cursor.salt, cursor.expected_lsn)
-                {
-                    let from = (end + tolerated_damage_bytes).min(bytes.len() as u64) as usize;
-                    if let Some((pos, lsn)) = find_valid_after(&bytes, seq, from, salt, exp) {
-                        out.valid_after_damage.get_or_insert((seq, pos, lsn));
-                    }
+                if chain.open {
+                    search = extend_chain(
+                        &mut out,
+                        &mut chain,
+                        &mut seg,
+                        &bytes,
+                        h,
+                        tolerated_damage_bytes,
+                    );
                 }
-                out.stop = Some((seq, end, stop.clone()));
-                seg.stop = Some(stop);
-                prev_seq = Some(seq);
             }
+        }
+        if let (Some((from, above)), false) = (search, chain.open) {
+            look_past_chain(&mut out, &chain.cursor, &bytes, seq, from, above);
         }
         out.segments.push(seg);
     }
-    out.last_lsn = cursor.expected_lsn.map(|e| e - 1);
-    out.last_salt = cursor.salt;
+    if out.first_lsn.is_some() {
+        out.damaged_before_chain = bad_before_chain;
+    }
+    out.last_lsn = chain.cursor.expected_lsn.map(|e| e - 1);
+    out.last_salt = chain.cursor.salt;
     Ok(out)
+}
+
+fn check_store_id(out: &mut Scan, path: &Path, found: u64) -> Result<(), JournalError> {
+    match out.store_id {
+        None => out.store_id = Some(found),
+        Some(expected) if expected != found => {
+            return Err(JournalError::ForeignSegment {
+                path: path.to_path_buf(),
+                expected,
+                found,
+            })
+        }
+        Some(_) => {}
+    }
+    Ok(())
+}
+
+/// Walk segment `seg` as the chain's next segment. Returns where to look
+/// for evidence of damage past the chain's end if the chain ended here
+/// without taking a record from this segment: (byte offset, records must
+/// have an LSN at least this much above the expected one).
+fn extend_chain(
+    out: &mut Scan,
+    chain: &mut ChainWalk,
+    seg: &mut SegmentScan,
+    bytes: &[u8],
+    h: SegmentHeader,
+    tolerated_damage_bytes: u64,
+) -> Option<(u64, u64)> {
+    let seq = seg.seq;
+    let before = chain.cursor;
+    let (records, end, mut stop) =
+        walk_segment(bytes, seq, h.block_size as usize, &mut chain.cursor);
+    if stop == StopReason::SegmentEnd && bytes.len() as u64 != h.segment_size {
+        // Segment files never change length once their header is written:
+        // this one was cut short (or extended) behind the journal's back.
+        stop = StopReason::Damaged(RecordError::BadLength);
+    }
+    if chain.started && records.is_empty() {
+        // The next segment does not continue the chain: the chain ended in
+        // the previous segment — unless that one ended cleanly and this
+        // one's first record is damaged: then the chain stops here, at a
+        // write torn (or corrupted) right after a rollover.
+        chain.open = false;
+        chain.cursor = before;
+        let clean_before = matches!(
+            out.stop,
+            Some((_, _, StopReason::CleanEnd | StopReason::SegmentEnd))
+        );
+        if !clean_before {
+            return Some((0, 0));
+        }
+        if let StopReason::Damaged(_) = stop {
+            out.stop = Some((seq, end, stop.clone()));
+            seg.stop = Some(stop);
+            seg.end_pos = end;
+        }
+        // The first write into this segment (or the last chunk of an
+        // interrupted `truncate_after`) may be the torn one.
+        let tolerated = tolerated_damage_bytes + u64::from(h.block_size);
+        return Some((u64::from(h.block_size).saturating_add(tolerated), 0));
+    }
+    // Here the chain has started already, or this is its first segment.
+    chain.started = true;
+    if records.is_empty() {
+        // The chain's first segment holds no record: nothing can follow it
+        // (a record always fits in an empty segment, so no rollover leaves
+        // one empty), and without a record there is no LSN or salt for the
+        // next segment's records to continue.
+        chain.open = false;
+    }
+    seg.in_chain = true;
+    seg.end_pos = end;
+    if let Some(first) = records.first() {
+        out.first_lsn.get_or_insert(first.lsn);
+    }
+    seg.records = records;
+    if let StopReason::Damaged(_) = stop {
+        let tolerated = tolerated_damage_bytes + u64::from(h.block_size);
+        let from = end.saturating_add(tolerated).min(bytes.len() as u64) as usize;
+        let (salt, exp) = (chain.cursor.salt, chain.cursor.expected_lsn.unwrap_or(0));
+        if let Some((pos, lsn)) = find_valid_after(bytes, seq, from, salt, exp) {
+            out.valid_after_damage.get_or_insert((seq, pos, lsn));
+        }
+    }
+    out.stop = Some((seq, end, stop.clone()));
+    seg.stop = Some(stop);
+    chain.prev_seq = Some(seq);
+    None
+}
+
+/// Past the end of the chain, a record of the chain's epoch with an LSN of
+/// at least `expected + above` means records were lost to damage.
+fn look_past_chain(
+    out: &mut Scan,
+    cursor: &ChainCursor,
+    bytes: &[u8],
+    seq: u64,
+    from: u64,
+    above: u64,
+) {
+    if out.valid_after_damage.is_some() {
+        return;
+    }
+    // Before the chain's first record any record counts: the chain ended
+    // in its first segment without one.
+    let expected = cursor.expected_lsn.unwrap_or(1);
+    let from = from.min(bytes.len() as u64) as usize;
+    // `find_valid_after` wants LSNs strictly above its bound.
+    let bound = (expected + above).saturating_sub(1);
+    if let Some((pos, lsn)) = find_valid_after(bytes, seq, from, cursor.salt, bound) {
+        out.valid_after_damage = Some((seq, pos, lsn));
+    }
 }

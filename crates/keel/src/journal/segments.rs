@@ -84,9 +84,16 @@ impl SegmentSpec {
         Ok(ReadySegment { seq, path, file })
     }
 
-    /// Turn an old segment file into segment `seq`: rename it, rewrite its
-    /// header, and sync the directory. Its old records stay but can never be
-    /// taken for new ones: each carries its own (old) segment sequence.
+    /// Turn an old segment file into segment `seq`: rename it, sync the
+    /// directory, then rewrite its header. Its old records stay but can
+    /// never be taken for new ones: each carries its own (old) segment
+    /// sequence.
+    ///
+    /// The new name is durable before the header changes: a crash in
+    /// between then leaves a half-written header only under the new name,
+    /// above the chain, and a damaged header *below* the chain always means
+    /// damage (what `RecoveryMode::RefuseCorruption` and `keel journal
+    /// check` report).
     pub fn recycle(
         &self,
         vfs: &dyn Vfs,
@@ -95,6 +102,7 @@ impl SegmentSpec {
     ) -> Result<ReadySegment, JournalError> {
         let path = self.path(seq);
         vfs.rename(old_path, &path)?;
+        vfs.sync_dir(&self.dir)?;
         let file = vfs.open(&path, self.method.open_options().create(false))?;
         if file.len()? != self.segment_size {
             // Not one of ours (another segment size): start afresh.
@@ -103,7 +111,6 @@ impl SegmentSpec {
             return self.create(vfs, seq);
         }
         self.write_header(file.as_ref(), seq)?;
-        vfs.sync_dir(&self.dir)?;
         Ok(ReadySegment { seq, path, file })
     }
 

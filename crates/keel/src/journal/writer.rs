@@ -1032,7 +1032,7 @@ fn zero_durably(
     prefix: &[u8],
 ) -> Result<(), JournalError> {
     let block = shared.spec.block_size;
-    let chunk_len = (1u64 << 20).max(block as u64);
+    let chunk_len = (super::TRUNCATE_CHUNK_BYTES as u64).max(block as u64);
     let mut buf = AlignedBuf::new(chunk_len as usize, block);
     let chunks = (end.saturating_sub(start)).div_ceil(chunk_len);
     for k in (0..chunks).rev() {
