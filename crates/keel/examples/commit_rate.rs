@@ -5,7 +5,8 @@
 //!
 //! `cargo run --release -p keel --example commit_rate -- DIR [T] [R] [SECS] [lz4] [text]`
 //! (`lz4`: compress records of 256 bytes or more; `text`: compressible
-//! payloads instead of random bytes).
+//! payloads instead of random bytes; `spares=N`: segments prepared ahead,
+//! at open and then in the background; `seg_mib=N`: segment size).
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -43,8 +44,18 @@ fn main() {
     }
     let lz4 = args.iter().any(|a| a == "lz4");
     let text = args.iter().any(|a| a == "text");
+    let spares = args
+        .iter()
+        .find_map(|a| a.strip_prefix("spares="))
+        .map_or(1, |s| s.parse().unwrap());
     let opts = JournalOptions {
         lz4_min_bytes: lz4.then_some(256),
+        spare_segments: spares,
+        segment_size_bytes: args
+            .iter()
+            .find_map(|a| a.strip_prefix("seg_mib="))
+            .map_or(64, |s| s.parse::<u64>().unwrap())
+            << 20,
         ..JournalOptions::default()
     };
     let j = Arc::new(Journal::open(RealVfs::shared(), &dir, opts).unwrap());

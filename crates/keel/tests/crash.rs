@@ -299,6 +299,15 @@ fn run_round(
         }
     } else {
         let threads = rng.random_range(1..=4);
+        if rng.random_bool(0.2) {
+            // Segments prepared in the foreground, racing the preparer.
+            let bytes = rng.random_range(0..3 * (64 << 10));
+            match j.preallocate(bytes) {
+                Ok(_) => {}
+                Err(_) if sim.is_down() => {}
+                Err(e) => return Err(format!("preallocate failed without a crash: {e}")),
+            }
+        }
         append_concurrently(&j, seed, round, threads, rng.random_range(1..40), m);
         if rng.random_bool(0.4) && !sim.is_down() {
             let upto = rng.random_range(0..=j.durable_lsn());

@@ -275,6 +275,17 @@ impl Journal {
         writer::read_from(&self.shared, from)
     }
 
+    /// Prepare spare segments now, in the calling thread, until they can
+    /// hold `bytes` more bytes of records (record headers included), so
+    /// that the next `bytes` of appends roll over without any segment being
+    /// created or recycled meanwhile. Returns how many segments it
+    /// prepared. For bulk loads and benchmarks: preparing a segment in the
+    /// background writes `segment_size` bytes of zeros, which competes with
+    /// the commits for the disk.
+    pub fn preallocate(&self, bytes: u64) -> Result<usize, JournalError> {
+        writer::preallocate(&self.shared, bytes)
+    }
+
     /// Allow the segments holding only records ≤ `upto` to be recycled.
     pub fn release(&self, upto: Lsn) {
         writer::release(&self.shared, upto)

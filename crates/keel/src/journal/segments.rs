@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use super::format::{segment_file_name, SegmentHeader};
 use super::JournalError;
-use crate::io::{AlignedBuf, Vfs, VfsFile, WriteMethod};
+use crate::io::{AlignedBuf, OpenMode, OpenOptions, Vfs, VfsFile, WriteMethod};
 
 /// A segment ready to take records: its header is durable and so is its
 /// name.
@@ -74,11 +74,22 @@ impl SegmentSpec {
                 available,
             }));
         }
-        let file = vfs.open(&path, self.method.open_options().create_new(true))?;
-        file.zero_fill(0, self.segment_size)?;
-        // The zeros went through the page cache or a direct descriptor;
-        // either way make them (and the file size) durable before use.
-        file.sync(crate::io::SyncKind::Data)?;
+        // Fill with zeros through a descriptor that does not sync each
+        // write (`O_DIRECT` alone for a direct method, else the page
+        // cache), then make all of it — and the file size — durable with
+        // one `fdatasync`: one cache flush per segment instead of one per
+        // megabyte, so preparing a spare in the background barely delays
+        // the commits being written at the same time.
+        let fill_mode = if self.method.is_direct() {
+            OpenMode::Direct
+        } else {
+            OpenMode::Buffered
+        };
+        let filler = vfs.open(&path, OpenOptions::new(fill_mode).create_new(true))?;
+        filler.zero_fill(0, self.segment_size)?;
+        filler.sync(crate::io::SyncKind::Data)?;
+        drop(filler);
+        let file = vfs.open(&path, self.method.open_options().create(false))?;
         self.write_header(file.as_ref(), seq)?;
         vfs.sync_dir(&self.dir)?;
         Ok(ReadySegment { seq, path, file })

@@ -298,3 +298,27 @@ fn lz4_records_round_trip_and_shrink_the_writes() {
     // Incompressible payloads are stored as they are.
     assert_eq!(run(Some(256), false), run(None, false));
 }
+
+#[test]
+fn preallocate_prepares_the_segments_a_run_needs() {
+    let (vfs, dir) = sim();
+    let j = Journal::open(vfs.clone(), &dir, small_options()).unwrap();
+    let seg = small_options().segment_size_bytes;
+    // Room for five segments' worth of records.
+    let made = j.preallocate(5 * (seg - 4096)).unwrap();
+    assert!(made >= 4, "prepared {made}");
+    let before = j.stats();
+    // Four rollovers' worth of appends: no segment is prepared meanwhile.
+    let n = (4 * seg / 1032) as usize;
+    for i in 0..n {
+        j.append(&payload(i as u64, 1000)).unwrap();
+    }
+    let after = j.stats();
+    assert!(after.rollovers >= before.rollovers + 3, "{after:?}");
+    assert_eq!(after.segments_created, before.segments_created);
+    assert_eq!(after.rollover_waits, 0);
+    assert_eq!(j.preallocate(0).unwrap(), 0);
+    drop(j);
+    let j = Journal::open(vfs.clone(), &dir, small_options()).unwrap();
+    assert_eq!(all(&j).len(), n);
+}

@@ -220,6 +220,9 @@ pub(super) struct State {
     callbacks: Vec<(u64, Lsn, Callback)>,
     flusher_kick: bool,
     shutdown: bool,
+    /// A spare is being prepared (by the preparer or `preallocate`): one at
+    /// a time, so two never pick the same sequence number.
+    preparing: bool,
     stats: JournalStats,
 }
 
@@ -349,6 +352,7 @@ impl State {
             callbacks: Vec::new(),
             flusher_kick: false,
             shutdown: false,
+            preparing: false,
             stats: JournalStats::default(),
         }
     }
@@ -809,44 +813,77 @@ pub(super) fn flusher_loop(shared: Arc<Shared>) {
 /// The preparer thread: keeps `spare_segments` prepared segments ahead of
 /// the active one, recycling released files first.
 pub(super) fn preparer_loop(shared: Arc<Shared>) {
+    let mut st = shared.lock();
     loop {
-        let mut st = shared.lock();
         while !st.shutdown
             && st.poisoned.is_none()
-            && st.spares.len() >= shared.options.spare_segments
+            && (st.preparing || st.spares.len() >= shared.options.spare_segments)
         {
             st = shared.spare_cv.wait(st).unwrap_or_else(|p| p.into_inner());
         }
         if st.shutdown || st.poisoned.is_some() {
             return;
         }
-        let seq = st.spares.back().map_or(st.active.seq, |s| s.seq) + 1;
-        let old = st.free.pop_front();
-        drop(st);
-        let result = shared
-            .spec
-            .prepare(shared.vfs.as_ref(), seq, old.as_deref());
-        let mut st = shared.lock();
-        match result {
-            Ok(seg) => {
-                if old.is_some() {
-                    st.stats.segments_recycled += 1;
-                } else {
-                    st.stats.segments_created += 1;
-                }
-                st.spares.push_back(seg);
-                drop(st);
-                shared.spare_cv.notify_all();
+        st = prepare_one(&shared, st);
+    }
+}
+
+/// Prepare the next spare segment (recycling a free file if there is one)
+/// with the mutex released meanwhile. Poisons the journal on failure.
+fn prepare_one<'a>(shared: &'a Shared, mut st: MutexGuard<'a, State>) -> MutexGuard<'a, State> {
+    st.preparing = true;
+    let seq = st.spares.back().map_or(st.active.seq, |s| s.seq) + 1;
+    let old = st.free.pop_front();
+    drop(st);
+    let result = shared
+        .spec
+        .prepare(shared.vfs.as_ref(), seq, old.as_deref());
+    let mut st = shared.lock();
+    st.preparing = false;
+    match result {
+        Ok(seg) => {
+            if old.is_some() {
+                st.stats.segments_recycled += 1;
+            } else {
+                st.stats.segments_created += 1;
             }
-            // A failed preparation may have left a half-made file; the
-            // journal cannot roll over, so stop it like a failed write.
-            Err(JournalError::Io(e)) => {
-                poison_all(&shared, st, e);
-            }
-            Err(_) => {
-                poison_all(&shared, st, Arc::new(IoError::Crashed));
-            }
+            st.spares.push_back(seg);
+            shared.spare_cv.notify_all();
+            st
         }
+        // A failed preparation may have left a half-made file; the journal
+        // cannot roll over, so stop it like a failed write.
+        Err(e) => {
+            let e = match e {
+                JournalError::Io(e) => e,
+                _ => Arc::new(IoError::Crashed),
+            };
+            poison_all(shared, st, e);
+            shared.lock()
+        }
+    }
+}
+
+/// Prepare spare segments now, in the calling thread, until the spares can
+/// hold `bytes` more bytes of records (see [`super::Journal::preallocate`]).
+pub(super) fn preallocate(shared: &Shared, bytes: u64) -> Result<usize, JournalError> {
+    let per_segment = shared.spec.segment_size - shared.spec.block_size as u64;
+    let wanted = bytes.div_ceil(per_segment) as usize;
+    let mut made = 0;
+    let mut st = shared.lock();
+    loop {
+        if let Some(e) = &st.poisoned {
+            return Err(JournalError::Poisoned(e.clone()));
+        }
+        if st.preparing {
+            st = shared.spare_cv.wait(st).unwrap_or_else(|p| p.into_inner());
+            continue;
+        }
+        if st.spares.len() >= wanted {
+            return Ok(made);
+        }
+        st = prepare_one(shared, st);
+        made += 1;
     }
 }
 
