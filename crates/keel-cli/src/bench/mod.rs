@@ -2,6 +2,8 @@
 //! [`report`] holds what they share: latency recording, the machine
 //! description, tables, progress bars, file cleanup and plots.
 
+pub mod commit;
+pub mod journal;
 pub mod methods;
 pub mod mixed;
 pub mod mmap;
@@ -29,6 +31,12 @@ pub enum BenchCommand {
     /// 100 puts written sequentially, as small writes, at random offsets,
     /// through a shared map (msync), and beside a read-only map
     Mmap(mmap::MmapArgs),
+    /// The commit-benchmark protocol (docs/BENCH-PROTOCOL.md) on Keel's
+    /// journal or on the raw floor: one JSON line on stdout
+    Commit(commit::CommitArgs),
+    /// The journal against the raw floor, interleaved: w1 and w2 at several
+    /// thread counts and record sizes, medians of 3 rounds, ratios
+    Journal(journal::JournalArgs),
 }
 
 pub fn run(cmd: BenchCommand) -> anyhow::Result<ExitCode> {
@@ -37,5 +45,7 @@ pub fn run(cmd: BenchCommand) -> anyhow::Result<ExitCode> {
         BenchCommand::Sizes(args) => sizes::run(args),
         BenchCommand::Mixed(args) => mixed::run(args),
         BenchCommand::Mmap(args) => mmap::run(args),
+        BenchCommand::Commit(args) => commit::run(args),
+        BenchCommand::Journal(args) => journal::run(args),
     }
 }

@@ -1,0 +1,666 @@
+//! `keel bench commit`: the commit-benchmark protocol (`docs/BENCH-PROTOCOL.md`)
+//! on Keel's journal, or on the raw floor the journal is measured against.
+//!
+//! One run = open (untimed: segments created and zero-filled), a start
+//! barrier, T threads committing, the last thread's end. The run prints one
+//! JSON line on stdout, a summary on stderr.
+//!
+//! **Records.** A transaction is one journal record: `u32` number of puts,
+//! then each put as `u16` key length, `u32` value length, key, value (all
+//! little-endian). w1/w2: one put with a 16-byte key (thread id, sequence
+//! number, big-endian) and a `--size`-byte value; w3: `--batch` puts of a
+//! random 16-byte key and a `--size`-byte value. Values are slices of an
+//! incompressible random pool filled before timing.
+//!
+//! **The raw floor** (`--engine raw`): w1/w2 write the value's bytes
+//! rounded up to the block size with one `pwrite` on an `O_DIRECT|O_DSYNC`
+//! descriptor per commit, into a zero-filled file, each thread in its own
+//! region (the protocol's floor is one thread); w3 writes the
+//! transaction's bytes (`batch × (16 + size)`) with a buffered `pwrite` and
+//! one `fdatasync`, appending.
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Barrier};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context};
+use clap::{Args, ValueEnum};
+use keel::io::{AlignedBuf, OpenMode, OpenOptions, RealVfs, SyncKind, VfsFile, WriteMethod};
+use keel::journal::{Journal, JournalOptions, JournalStats};
+use rand::{Rng, RngCore};
+use serde_json::json;
+
+use super::report::{BenchDir, BenchFile, LatencyRecorder};
+use crate::util::{ensure_dir, format_size, format_size_approx, Size};
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum Workload {
+    /// N serial commits of one 16 KiB record.
+    W1,
+    /// T threads, one R-byte record per commit, for a duration.
+    W2,
+    /// N transactions of B puts (random 16-byte key + SIZE-byte value).
+    W3,
+    /// Point reads: needs a store, not supported by the journal.
+    R1,
+}
+
+impl Workload {
+    pub fn name(self) -> &'static str {
+        match self {
+            Workload::W1 => "w1",
+            Workload::W2 => "w2",
+            Workload::W3 => "w3",
+            Workload::R1 => "r1",
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum Engine {
+    /// Keel's journal.
+    Journal,
+    /// The raw floor: the same commits as bare durable writes.
+    Raw,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum Values {
+    /// Incompressible random bytes (the protocol's values).
+    Random,
+    /// Compressible text (to measure LZ4).
+    Text,
+}
+
+#[derive(Args, Debug, Clone)]
+#[command(after_help = "The protocol's invocation (all flags, this order):\n  \
+    keel bench commit --workload w1|w2|w3|r1 --threads T --size BYTES --count N --duration SECS \
+    --dir DIR --batch B\n\
+    Prints one JSON line on stdout: commits_per_s, p50_us, p99_us, p999_us, max_us, total_ms, \
+    ms_per_commit, commits, ops, ops_per_s and info (engine, method, what was prepared before \
+    timing, context switches and CPU time of the process during the run). A nonzero exit status \
+    and an `error` field mark a failed run.")]
+pub struct CommitArgs {
+    /// Workload: w1 (serial 16 KiB commits), w2 (T threads, R-byte
+    /// commits), w3 (transactions of B puts); r1 needs a store and fails.
+    #[arg(long, value_enum)]
+    pub workload: Workload,
+    /// Committing threads (default 1).
+    #[arg(long)]
+    pub threads: Option<usize>,
+    /// Value bytes per put, or K/M/G (default: w1 16K, w2 128, w3 100).
+    #[arg(long)]
+    pub size: Option<Size>,
+    /// Commits in all (0: run for --duration). Default: w1 4096, w3 10000.
+    #[arg(long)]
+    pub count: Option<u64>,
+    /// Seconds to run (0: do --count commits). Default: w2 3.
+    #[arg(long)]
+    pub duration: Option<f64>,
+    /// Directory for the files (created if missing; default: a fresh
+    /// `keel-bench-commit-<pid>` here). Files are removed afterwards.
+    #[arg(long)]
+    pub dir: Option<PathBuf>,
+    /// Puts per transaction (w3; default 100, else 1).
+    #[arg(long)]
+    pub batch: Option<usize>,
+    /// What to measure: the journal, or the raw floor.
+    #[arg(long, value_enum, default_value_t = Engine::Journal)]
+    pub engine: Engine,
+    /// The journal's write method (default: odirect_dsync, or fdatasync
+    /// where direct I/O is refused).
+    #[arg(long)]
+    pub method: Option<WriteMethod>,
+    /// Journal segment size (bytes or K/M/G).
+    #[arg(long, default_value = "64M")]
+    pub segment_size: Size,
+    /// Compress records of at least this many bytes with LZ4 (off by
+    /// default).
+    #[arg(long)]
+    pub lz4: Option<Size>,
+    /// Value bytes: random (incompressible, the protocol's) or text.
+    #[arg(long, value_enum, default_value_t = Values::Random)]
+    pub values: Values,
+    /// Segments to prepare before timing, in bytes of records (default:
+    /// what a --count run needs, or 256M for a --duration run).
+    #[arg(long)]
+    pub preallocate: Option<Size>,
+}
+
+/// A fully resolved run.
+#[derive(Debug, Clone)]
+pub struct Spec {
+    pub workload: Workload,
+    pub threads: usize,
+    pub size: usize,
+    pub count: u64,
+    pub duration: f64,
+    pub batch: usize,
+    pub engine: Engine,
+    pub method: Option<WriteMethod>,
+    pub segment_size: u64,
+    pub lz4: Option<usize>,
+    pub values: Values,
+    pub preallocate: Option<u64>,
+}
+
+impl Spec {
+    pub fn from_args(a: &CommitArgs) -> anyhow::Result<Spec> {
+        let w = a.workload;
+        if w == Workload::R1 {
+            bail!("r1 needs a store with reads; `keel bench commit` measures the journal, which has none");
+        }
+        let spec = Spec {
+            workload: w,
+            threads: a.threads.unwrap_or(1),
+            size: a.size.map_or(
+                match w {
+                    Workload::W1 => 16384,
+                    Workload::W2 => 128,
+                    _ => 100,
+                },
+                |s| s.bytes() as usize,
+            ),
+            count: a.count.unwrap_or(match w {
+                Workload::W1 => 4096,
+                Workload::W3 => 10_000,
+                _ => 0,
+            }),
+            duration: a
+                .duration
+                .unwrap_or(if w == Workload::W2 { 3.0 } else { 0.0 }),
+            batch: a.batch.unwrap_or(if w == Workload::W3 { 100 } else { 1 }),
+            engine: a.engine,
+            method: a.method,
+            segment_size: a.segment_size.bytes(),
+            lz4: a.lz4.map(|s| s.bytes() as usize),
+            values: a.values,
+            preallocate: a.preallocate.map(Size::bytes),
+        };
+        spec.validate()?;
+        Ok(spec)
+    }
+
+    fn validate(&self) -> anyhow::Result<()> {
+        if self.threads == 0 || self.threads > 4096 {
+            bail!("--threads must be between 1 and 4096");
+        }
+        if self.batch == 0 {
+            bail!("--batch must be at least 1");
+        }
+        if self.size > 64 << 20 {
+            bail!("--size above 64M is not supported");
+        }
+        if !self.duration.is_finite() || self.duration < 0.0 {
+            bail!("--duration must be a number of seconds ≥ 0");
+        }
+        if (self.count == 0) == (self.duration == 0.0) {
+            bail!("give exactly one of --count N or --duration SECS (the other 0)");
+        }
+        if self.workload != Workload::W3 && self.batch != 1 {
+            bail!("--batch applies to w3 only (w1 and w2 commit one put per transaction)");
+        }
+        Ok(())
+    }
+
+    /// Bytes of one transaction's record.
+    pub fn record_bytes(&self) -> usize {
+        4 + self.batch * (6 + 16 + self.size)
+    }
+}
+
+/// Figures of one run.
+#[derive(Debug, Clone)]
+pub struct Outcome {
+    pub commits: u64,
+    pub elapsed: Duration,
+    pub latency: LatencyRecorder,
+    pub context_switches: u64,
+    pub cpu_us: f64,
+    pub info: serde_json::Value,
+}
+
+impl Outcome {
+    pub fn commits_per_s(&self) -> f64 {
+        self.commits as f64 / self.elapsed.as_secs_f64().max(f64::MIN_POSITIVE)
+    }
+
+    pub fn cs_per_commit(&self) -> f64 {
+        self.context_switches as f64 / self.commits.max(1) as f64
+    }
+
+    pub fn cpu_us_per_commit(&self) -> f64 {
+        self.cpu_us / self.commits.max(1) as f64
+    }
+
+    /// The protocol's JSON object.
+    pub fn to_json(&self, spec: &Spec) -> serde_json::Value {
+        let total_ms = self.elapsed.as_secs_f64() * 1e3;
+        let s = self.latency.summary();
+        let ops = self.commits * spec.batch as u64;
+        let mut info = self.info.clone();
+        info["context_switches"] = json!(self.context_switches);
+        info["context_switches_per_commit"] = json!(round(self.cs_per_commit(), 3));
+        info["cpu_us"] = json!(round(self.cpu_us, 0));
+        info["cpu_us_per_commit"] = json!(round(self.cpu_us_per_commit(), 2));
+        json!({
+            "commits_per_s": round(self.commits_per_s(), 1),
+            "p50_us": round(s.p50_us, 1),
+            "p99_us": round(s.p99_us, 1),
+            "p999_us": round(s.p999_us, 1),
+            "max_us": round(s.max_us, 1),
+            "total_ms": round(total_ms, 2),
+            "ms_per_commit": round(total_ms / self.commits.max(1) as f64, 4),
+            "commits": self.commits,
+            "ops": ops,
+            "ops_per_s": round(ops as f64 / self.elapsed.as_secs_f64().max(f64::MIN_POSITIVE), 1),
+            "info": info,
+        })
+    }
+}
+
+fn round(x: f64, decimals: i32) -> f64 {
+    let p = 10f64.powi(decimals);
+    (x * p).round() / p
+}
+
+pub fn run(args: CommitArgs) -> anyhow::Result<std::process::ExitCode> {
+    let result = Spec::from_args(&args).and_then(|spec| {
+        let out = with_dir(args.dir.as_deref(), "keel-bench-commit", |dir| {
+            run_one(&spec, dir)
+        })?;
+        Ok((spec, out))
+    });
+    match result {
+        Ok((spec, out)) => {
+            eprintln!(
+                "{} {} T={} size={}: {:.0} commits/s, p50 {:.0} µs, p99 {:.0} µs, {:.2} context \
+                 switches and {:.1} µs CPU per commit",
+                out.info["engine"].as_str().unwrap_or("?"),
+                spec.workload.name(),
+                spec.threads,
+                format_size(spec.size as u64),
+                out.commits_per_s(),
+                out.latency.quantile_us(0.5),
+                out.latency.quantile_us(0.99),
+                out.cs_per_commit(),
+                out.cpu_us_per_commit(),
+            );
+            println!("{}", out.to_json(&spec));
+            Ok(std::process::ExitCode::SUCCESS)
+        }
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            println!("{}", json!({ "error": format!("{e:#}") }));
+            Ok(std::process::ExitCode::FAILURE)
+        }
+    }
+}
+
+/// Run `f` in `dir` (created if missing), or in a fresh directory here that
+/// is removed afterwards.
+pub fn with_dir<T>(
+    dir: Option<&Path>,
+    prefix: &str,
+    f: impl FnOnce(&Path) -> anyhow::Result<T>,
+) -> anyhow::Result<T> {
+    match dir {
+        Some(d) => {
+            ensure_dir(d)?;
+            f(d)
+        }
+        None => {
+            let d = PathBuf::from(format!("{prefix}-{}", std::process::id()));
+            let _guard = BenchDir::new(d.clone());
+            ensure_dir(&d)?;
+            f(&d)
+        }
+    }
+}
+
+/// Process-wide context switches and CPU time (µs) so far.
+fn rusage() -> (u64, f64) {
+    // SAFETY: getrusage only writes into the zeroed struct we pass it.
+    let u = unsafe {
+        let mut u: libc::rusage = std::mem::zeroed();
+        libc::getrusage(libc::RUSAGE_SELF, &mut u);
+        u
+    };
+    let cs = (u.ru_nvcsw + u.ru_nivcsw) as u64;
+    let us = |t: libc::timeval| t.tv_sec as f64 * 1e6 + t.tv_usec as f64;
+    (cs, us(u.ru_utime) + us(u.ru_stime))
+}
+
+/// Values for the run, filled before timing.
+struct ValuePool {
+    buf: Vec<u8>,
+}
+
+impl ValuePool {
+    fn new(size: usize, values: Values) -> ValuePool {
+        let len = size + (1 << 20);
+        let buf = match values {
+            Values::Random => {
+                let mut b = vec![0u8; len];
+                rand::rng().fill_bytes(&mut b);
+                b
+            }
+            Values::Text => b"user:000123 {\"name\": \"a journal record\", \"count\": 42} "
+                .iter()
+                .copied()
+                .cycle()
+                .take(len)
+                .collect(),
+        };
+        ValuePool { buf }
+    }
+
+    fn value(&self, i: u64, size: usize) -> &[u8] {
+        let slots = (self.buf.len() - size) as u64 / 64 + 1;
+        let start = (i.wrapping_mul(0x9e37_79b9) % slots) as usize * 64;
+        &self.buf[start..start + size]
+    }
+}
+
+/// Encode transaction `seq` of `thread` into `out`.
+fn encode(
+    spec: &Spec,
+    pool: &ValuePool,
+    rng: &mut impl Rng,
+    thread: u64,
+    seq: u64,
+    out: &mut Vec<u8>,
+) {
+    out.clear();
+    out.extend_from_slice(&(spec.batch as u32).to_le_bytes());
+    for p in 0..spec.batch as u64 {
+        let key: [u8; 16] = if spec.workload == Workload::W3 {
+            rng.random()
+        } else {
+            let mut k = [0u8; 16];
+            k[..8].copy_from_slice(&thread.to_be_bytes());
+            k[8..].copy_from_slice(&seq.to_be_bytes());
+            k
+        };
+        out.extend_from_slice(&16u16.to_le_bytes());
+        out.extend_from_slice(&(spec.size as u32).to_le_bytes());
+        out.extend_from_slice(&key);
+        out.extend_from_slice(pool.value(seq * spec.batch as u64 + p + thread, spec.size));
+    }
+}
+
+/// What each committer does per transaction.
+trait Committer: Sync {
+    fn commit(&self, thread: usize, record: &[u8], value_bytes: usize) -> anyhow::Result<()>;
+}
+
+struct JournalCommitter(Journal);
+
+impl Committer for JournalCommitter {
+    fn commit(&self, _thread: usize, record: &[u8], _value_bytes: usize) -> anyhow::Result<()> {
+        self.0.append(record)?;
+        Ok(())
+    }
+}
+
+/// The raw floor: per thread, a region of a zero-filled file written in
+/// turn, one durable write per commit.
+struct RawCommitter {
+    file: Arc<dyn VfsFile>,
+    block: usize,
+    region_bytes: u64,
+    /// Per thread: next offset in its region.
+    next: Vec<AtomicU64>,
+    /// w3: buffered write + fdatasync instead of a direct durable write.
+    buffered: bool,
+    bufs: Vec<std::sync::Mutex<AlignedBuf>>,
+}
+
+impl Committer for RawCommitter {
+    fn commit(&self, thread: usize, record: &[u8], value_bytes: usize) -> anyhow::Result<()> {
+        if self.buffered {
+            // w3: the transaction's bytes (keys and values), appended.
+            let n = record.len() as u64;
+            let at = self.next[thread].fetch_add(n, Ordering::Relaxed) % self.region_bytes;
+            self.file.write_at(record, at)?;
+            self.file.sync(SyncKind::Data)?;
+            return Ok(());
+        }
+        let n = value_bytes.div_ceil(self.block).max(1) * self.block;
+        let mut buf = self.bufs[thread].lock().unwrap_or_else(|p| p.into_inner());
+        let len = value_bytes.min(record.len());
+        buf[..len].copy_from_slice(&record[record.len() - len..]);
+        let region = thread as u64 * self.region_bytes;
+        let mut at = self.next[thread].fetch_add(n as u64, Ordering::Relaxed) % self.region_bytes;
+        if at + n as u64 > self.region_bytes {
+            at = 0;
+            self.next[thread].store(n as u64, Ordering::Relaxed);
+        }
+        self.file.write_at(&buf[..n], region + at)?;
+        Ok(())
+    }
+}
+
+/// One run in `dir`: set up (untimed), commit, tear down.
+pub fn run_one(spec: &Spec, dir: &Path) -> anyhow::Result<Outcome> {
+    let vfs = RealVfs::shared();
+    let pool = ValuePool::new(spec.size, spec.values);
+    let record_bytes = spec.record_bytes();
+    let expected_bytes = match spec.preallocate {
+        Some(b) => b,
+        None if spec.count > 0 => spec.count * (record_bytes as u64 + 32),
+        None => 256 << 20,
+    };
+    match spec.engine {
+        Engine::Journal => {
+            let jdir = dir.join("keel-bench-journal");
+            if jdir.exists() {
+                bail!(
+                    "{} exists (left by an interrupted run?): remove it, or choose another --dir",
+                    jdir.display()
+                );
+            }
+            let _cleanup = JournalDirCleanup(jdir.clone());
+            let opts = JournalOptions {
+                segment_size_bytes: spec.segment_size,
+                method: spec.method,
+                lz4_min_bytes: spec.lz4,
+                ..JournalOptions::default()
+            };
+            let t0 = Instant::now();
+            let j = Journal::open(vfs.clone(), &jdir, opts)
+                .with_context(|| format!("opening a journal in {}", jdir.display()))?;
+            let prepared = j.preallocate(expected_bytes)?;
+            let setup_ms = t0.elapsed().as_secs_f64() * 1e3;
+            let method = j.method();
+            let segments_before = j.stats();
+            let c = JournalCommitter(j);
+            let mut out = timed(spec, &pool, &c)?;
+            let st: JournalStats = c.0.stats();
+            let created = st.segments_created - segments_before.segments_created;
+            let writes = st.writes - segments_before.writes;
+            out.info = json!({
+                "engine": "journal",
+                "method": method.name(),
+                "workload": spec.workload.name(),
+                "threads": spec.threads,
+                "size": spec.size,
+                "batch": spec.batch,
+                "record_bytes": record_bytes,
+                "segment_bytes": spec.segment_size,
+                "block_bytes": c.0.options().block_size_bytes,
+                "max_write_bytes": c.0.options().max_write_bytes,
+                "lz4_min_bytes": spec.lz4,
+                "values": if spec.values == Values::Random { "random" } else { "text" },
+                "before_timing": format!(
+                    "opened a fresh journal and prepared {} segment(s) of {} (zero-filled, header \
+                     written, synced) for {} of records, in {:.0} ms",
+                    prepared + 2,
+                    format_size(spec.segment_size),
+                    format_size_approx(expected_bytes),
+                    setup_ms
+                ),
+                "writes": writes,
+                "records_per_write": round(out.commits as f64 / writes.max(1) as f64, 2),
+                "bytes_written": st.bytes_written - segments_before.bytes_written,
+                "rollovers": st.rollovers - segments_before.rollovers,
+                "segments_prepared_during_run": created,
+                "durable": "each commit returns after the journal's durable write (or write + sync) of its batch",
+            });
+            drop(c);
+            Ok(out)
+        }
+        Engine::Raw => {
+            let block = vfs.block_size(dir).unwrap_or(4096).max(4096);
+            let buffered = spec.workload == Workload::W3;
+            let per_commit = if buffered {
+                record_bytes as u64
+            } else {
+                (spec.size.div_ceil(block).max(1) * block) as u64
+            };
+            let wanted = if spec.count > 0 {
+                spec.count.div_ceil(spec.threads as u64) * per_commit
+            } else {
+                (256u64 << 20) / spec.threads as u64
+            };
+            let region_bytes =
+                wanted.clamp(per_commit, 1 << 30).div_ceil(block as u64) * block as u64;
+            let file_bytes = region_bytes * spec.threads as u64;
+            let guard = BenchFile::new(dir.join("raw-floor.dat"))?;
+            let mode = if buffered {
+                OpenMode::Buffered
+            } else {
+                OpenMode::DirectDsync
+            };
+            let t0 = Instant::now();
+            let file = vfs.open(guard.path(), OpenOptions::new(mode).create(true))?;
+            file.zero_fill(0, file_bytes)?;
+            file.sync(SyncKind::All)?;
+            vfs.sync_dir(dir)?;
+            let setup_ms = t0.elapsed().as_secs_f64() * 1e3;
+            let c = RawCommitter {
+                file,
+                block,
+                region_bytes,
+                next: (0..spec.threads).map(|_| AtomicU64::new(0)).collect(),
+                buffered,
+                bufs: (0..spec.threads)
+                    .map(|_| std::sync::Mutex::new(AlignedBuf::new(per_commit as usize, block)))
+                    .collect(),
+            };
+            let mut out = timed(spec, &pool, &c)?;
+            out.info = json!({
+                "engine": "raw",
+                "method": if buffered { "pwrite + fdatasync" } else { "odirect_dsync" },
+                "workload": spec.workload.name(),
+                "threads": spec.threads,
+                "size": spec.size,
+                "batch": spec.batch,
+                "bytes_per_commit": per_commit,
+                "before_timing": format!(
+                    "created a {} file, zero-filled and synced, in {:.0} ms{}",
+                    format_size_approx(file_bytes),
+                    setup_ms,
+                    if spec.threads > 1 { "; one region per thread" } else { "" }
+                ),
+                "durable": if buffered {
+                    "one pwrite of the transaction's bytes, then fdatasync, per commit"
+                } else {
+                    "one pwrite on an O_DIRECT|O_DSYNC descriptor per commit"
+                },
+            });
+            drop(c);
+            drop(guard);
+            Ok(out)
+        }
+    }
+}
+
+/// Removes a bench journal directory (its files, then itself) on drop.
+struct JournalDirCleanup(PathBuf);
+
+impl Drop for JournalDirCleanup {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// The timed region: barrier, T committers, join.
+fn timed(spec: &Spec, pool: &ValuePool, c: &dyn Committer) -> anyhow::Result<Outcome> {
+    let barrier = Barrier::new(spec.threads + 1);
+    let stop = AtomicBool::new(false);
+    let claimed = AtomicU64::new(0);
+    let failed = AtomicBool::new(false);
+    let mut started = Instant::now();
+    let mut usage0 = (0, 0.0);
+    let results: Vec<anyhow::Result<(u64, LatencyRecorder)>> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..spec.threads)
+            .map(|t| {
+                let (barrier, stop, claimed, failed) = (&barrier, &stop, &claimed, &failed);
+                s.spawn(move || -> anyhow::Result<(u64, LatencyRecorder)> {
+                    let mut rng = rand::rng();
+                    let mut lat = LatencyRecorder::new();
+                    let mut record = Vec::with_capacity(spec.record_bytes());
+                    let mut seq = 0u64;
+                    barrier.wait();
+                    loop {
+                        if spec.count > 0 {
+                            if claimed.fetch_add(1, Ordering::Relaxed) >= spec.count {
+                                break;
+                            }
+                        } else if stop.load(Ordering::Relaxed) {
+                            break;
+                        }
+                        if failed.load(Ordering::Relaxed) {
+                            break;
+                        }
+                        encode(spec, pool, &mut rng, t as u64, seq, &mut record);
+                        let t0 = Instant::now();
+                        if let Err(e) = c.commit(t, &record, spec.size) {
+                            failed.store(true, Ordering::Relaxed);
+                            return Err(e);
+                        }
+                        lat.record(t0.elapsed());
+                        seq += 1;
+                    }
+                    Ok((seq, lat))
+                })
+            })
+            .collect();
+        barrier.wait();
+        usage0 = rusage();
+        started = Instant::now();
+        if spec.count == 0 {
+            let end = started + Duration::from_secs_f64(spec.duration);
+            while Instant::now() < end && !failed.load(Ordering::Relaxed) {
+                std::thread::sleep((end - Instant::now()).min(Duration::from_millis(50)));
+            }
+            stop.store(true, Ordering::Relaxed);
+        }
+        handles
+            .into_iter()
+            .map(|h| {
+                h.join()
+                    .unwrap_or_else(|_| Err(anyhow::anyhow!("a committer panicked")))
+            })
+            .collect()
+    });
+    let elapsed = started.elapsed();
+    let usage1 = rusage();
+    let mut latency = LatencyRecorder::new();
+    let mut commits = 0;
+    for r in results {
+        let (n, lat) = r?;
+        commits += n;
+        latency.merge(&lat);
+    }
+    Ok(Outcome {
+        commits,
+        elapsed,
+        latency,
+        context_switches: usage1.0 - usage0.0,
+        cpu_us: usage1.1 - usage0.1,
+        info: json!({}),
+    })
+}

@@ -1,0 +1,333 @@
+//! `keel bench journal --vs-raw`: the journal and the raw floor in the same
+//! run, interleaved, so that the ratio survives a noisy machine.
+//!
+//! Each round runs, for w1 and for every record size of w2, the raw floor
+//! (one thread, `O_DIRECT|O_DSYNC` into a zero-filled file) and the journal
+//! at every thread count; odd rounds run the same list backwards. The table
+//! gives medians over the rounds and the ratio of the medians.
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use clap::Args;
+use keel::io::WriteMethod;
+use serde_json::json;
+
+use super::commit::{run_one, with_dir, Engine, Outcome, Spec, Values, Workload};
+use super::report::{number, progress, Align, Machine, Table};
+use crate::util::Size;
+
+#[derive(Args, Debug, Clone)]
+pub struct JournalArgs {
+    /// Also run the raw floor, interleaved, and print journal/raw ratios.
+    #[arg(long)]
+    pub vs_raw: bool,
+    /// Rounds (each configuration runs once per round; medians are taken).
+    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..=15))]
+    pub rounds: u32,
+    /// w2 thread counts, comma-separated.
+    #[arg(long, value_delimiter = ',', default_value = "1,4,16,64")]
+    pub threads: Vec<usize>,
+    /// w2 record sizes (value bytes), comma-separated, bytes or K/M/G.
+    #[arg(long, value_delimiter = ',', default_value = "128,1024")]
+    pub sizes: Vec<Size>,
+    /// Seconds per w2 run.
+    #[arg(long, default_value_t = 3.0)]
+    pub duration: f64,
+    /// Commits per w1 run (16 KiB each).
+    #[arg(long, default_value_t = 4096)]
+    pub count: u64,
+    /// Directory for the files (created if missing; default: a fresh
+    /// `keel-bench-journal-<pid>` here). Files are removed afterwards.
+    #[arg(long)]
+    pub dir: Option<PathBuf>,
+    /// The journal's write method (default: odirect_dsync).
+    #[arg(long)]
+    pub method: Option<WriteMethod>,
+    /// Journal segment size.
+    #[arg(long, default_value = "64M")]
+    pub segment_size: Size,
+    /// Compress journal records of at least this many bytes with LZ4.
+    #[arg(long)]
+    pub lz4: Option<Size>,
+    /// Value bytes: random (incompressible) or text.
+    #[arg(long, value_enum, default_value_t = Values::Random)]
+    pub values: Values,
+    /// A short run (1 round, 0.3 s, 256 w1 commits, T = 1 and 16, R = 128).
+    #[arg(long)]
+    pub quick: bool,
+    /// Print one JSON object on stdout instead of the table.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// One line of the table: a workload at T threads and R bytes.
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct Config {
+    workload: Workload,
+    threads: usize,
+    size: usize,
+}
+
+struct Run {
+    config: Config,
+    engine: Engine,
+    round: u32,
+    outcome: Outcome,
+}
+
+pub fn run(mut a: JournalArgs) -> anyhow::Result<ExitCode> {
+    if a.quick {
+        a.rounds = 1;
+        a.duration = 0.3;
+        a.count = 256;
+        a.threads = vec![1, 16];
+        a.sizes = vec![Size(128)];
+    }
+    if a.threads.iter().any(|&t| t == 0 || t > 4096) {
+        anyhow::bail!("--threads: each count must be between 1 and 4096");
+    }
+    let dir = a.dir.clone();
+    with_dir(dir.as_deref(), "keel-bench-journal", |d| run_in(&a, d))
+}
+
+fn spec(a: &JournalArgs, c: Config, engine: Engine) -> Spec {
+    let w1 = c.workload == Workload::W1;
+    Spec {
+        workload: c.workload,
+        threads: c.threads,
+        size: c.size,
+        count: if w1 { a.count } else { 0 },
+        duration: if w1 { 0.0 } else { a.duration },
+        batch: 1,
+        engine,
+        method: a.method,
+        segment_size: a.segment_size.bytes(),
+        lz4: a.lz4.map(|s| s.bytes() as usize),
+        values: a.values,
+        preallocate: None,
+    }
+}
+
+fn run_in(a: &JournalArgs, dir: &Path) -> anyhow::Result<ExitCode> {
+    // The list of one round: per group (w1, then each w2 size), the raw
+    // floor first, then the journal configurations.
+    let mut round_list: Vec<(Config, Engine)> = Vec::new();
+    let w1 = Config {
+        workload: Workload::W1,
+        threads: 1,
+        size: 16384,
+    };
+    if a.vs_raw {
+        round_list.push((w1, Engine::Raw));
+    }
+    round_list.push((w1, Engine::Journal));
+    for size in &a.sizes {
+        let size = size.bytes() as usize;
+        if a.vs_raw {
+            let raw = Config {
+                workload: Workload::W2,
+                threads: 1,
+                size,
+            };
+            round_list.push((raw, Engine::Raw));
+        }
+        for &threads in &a.threads {
+            let c = Config {
+                workload: Workload::W2,
+                threads,
+                size,
+            };
+            round_list.push((c, Engine::Journal));
+        }
+    }
+    let total = round_list.len() as u64 * u64::from(a.rounds);
+    let machine = Machine::for_path(dir);
+    let command: Vec<String> = std::env::args().collect();
+    eprintln!("{}", command.join(" "));
+    eprintln!("machine: {}", machine.describe());
+    let bar = progress::bar(total, "bench journal", false);
+    let mut runs: Vec<Run> = Vec::new();
+    for round in 0..a.rounds {
+        let mut list = round_list.clone();
+        if round % 2 == 1 {
+            list.reverse();
+        }
+        for (config, engine) in list {
+            let s = spec(a, config, engine);
+            bar.set_message(format!(
+                "round {} {} {} T={} R={}",
+                round + 1,
+                if engine == Engine::Raw {
+                    "raw"
+                } else {
+                    "journal"
+                },
+                config.workload.name(),
+                config.threads,
+                config.size
+            ));
+            let outcome = run_one(&s, dir)?;
+            if !bar.is_hidden() {
+                bar.inc(1);
+            } else {
+                eprintln!(
+                    "round {} {:>7} {} T={:<3} R={:<6} {:>9.0} commits/s",
+                    round + 1,
+                    if engine == Engine::Raw {
+                        "raw"
+                    } else {
+                        "journal"
+                    },
+                    config.workload.name(),
+                    config.threads,
+                    config.size,
+                    outcome.commits_per_s()
+                );
+            }
+            runs.push(Run {
+                config,
+                engine,
+                round,
+                outcome,
+            });
+        }
+    }
+    bar.finish_and_clear();
+    let rows = summarize(a, &runs);
+    if a.json {
+        let out = json!({
+            "command": command.join(" "),
+            "machine": machine.describe(),
+            "rounds": a.rounds,
+            "rows": rows,
+            "runs": runs.iter().map(|r| json!({
+                "workload": r.config.workload.name(),
+                "threads": r.config.threads,
+                "size": r.config.size,
+                "engine": if r.engine == Engine::Raw { "raw" } else { "journal" },
+                "round": r.round + 1,
+                "result": r.outcome.to_json(&spec(a, r.config, r.engine)),
+            })).collect::<Vec<_>>(),
+        });
+        println!("{out}");
+    } else {
+        print!("{}", render(a, &rows, &command, &machine));
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    if n == 0 {
+        return f64::NAN;
+    }
+    if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        (v[n / 2 - 1] + v[n / 2]) / 2.0
+    }
+}
+
+/// Medians per configuration, as JSON rows.
+fn summarize(a: &JournalArgs, runs: &[Run]) -> Vec<serde_json::Value> {
+    let mut configs: Vec<Config> = Vec::new();
+    for r in runs.iter().filter(|r| r.engine == Engine::Journal) {
+        if !configs.contains(&r.config) {
+            configs.push(r.config);
+        }
+    }
+    configs
+        .into_iter()
+        .map(|c| {
+            let mut journal: Vec<&Run> = runs
+                .iter()
+                .filter(|r| r.engine == Engine::Journal && r.config == c)
+                .collect();
+            journal.sort_by(|x, y| {
+                x.outcome
+                    .commits_per_s()
+                    .total_cmp(&y.outcome.commits_per_s())
+            });
+            // The run at the median (the lower middle one for an even count).
+            let mid = &journal[(journal.len() - 1) / 2].outcome;
+            let j_median = median(journal.iter().map(|r| r.outcome.commits_per_s()).collect());
+            let raw: Vec<f64> = runs
+                .iter()
+                .filter(|r| {
+                    r.engine == Engine::Raw
+                        && r.config.workload == c.workload
+                        && r.config.size == c.size
+                })
+                .map(|r| r.outcome.commits_per_s())
+                .collect();
+            let raw_median = (!raw.is_empty()).then(|| median(raw.clone()));
+            json!({
+                "workload": c.workload.name(),
+                "threads": c.threads,
+                "size": c.size,
+                "journal_commits_per_s": journal.iter().map(|r| r.outcome.commits_per_s().round()).collect::<Vec<_>>(),
+                "journal_median": j_median.round(),
+                "raw_commits_per_s": raw.iter().map(|x| x.round()).collect::<Vec<_>>(),
+                "raw_median": raw_median.map(f64::round),
+                "ratio": raw_median.map(|r| (j_median / r * 1000.0).round() / 1000.0),
+                "p50_us": mid.latency.quantile_us(0.5),
+                "p99_us": mid.latency.quantile_us(0.99),
+                "context_switches_per_commit": (mid.cs_per_commit() * 100.0).round() / 100.0,
+                "cpu_us_per_commit": (mid.cpu_us_per_commit() * 10.0).round() / 10.0,
+                "records_per_write": mid.info["records_per_write"].clone(),
+                "duration_s": if c.workload == Workload::W1 { None } else { Some(a.duration) },
+            })
+        })
+        .collect()
+}
+
+fn render(
+    a: &JournalArgs,
+    rows: &[serde_json::Value],
+    command: &[String],
+    machine: &Machine,
+) -> String {
+    let mut t = Table::new(&[
+        ("workload", Align::Left),
+        ("T", Align::Right),
+        ("R", Align::Right),
+        ("raw commits/s", Align::Right),
+        ("journal commits/s", Align::Right),
+        ("journal/raw", Align::Right),
+        ("p50 µs", Align::Right),
+        ("p99 µs", Align::Right),
+        ("cs/commit", Align::Right),
+        ("CPU µs/commit", Align::Right),
+        ("records/write", Align::Right),
+    ]);
+    let f = |v: &serde_json::Value, d: usize| v.as_f64().map_or("–".into(), |x| number(x, d));
+    for r in rows {
+        t.push(vec![
+            r["workload"].as_str().unwrap_or("").into(),
+            r["threads"].to_string(),
+            r["size"].to_string(),
+            f(&r["raw_median"], 0),
+            f(&r["journal_median"], 0),
+            f(&r["ratio"], 3),
+            f(&r["p50_us"], 0),
+            f(&r["p99_us"], 0),
+            f(&r["context_switches_per_commit"], 2),
+            f(&r["cpu_us_per_commit"], 1),
+            f(&r["records_per_write"], 1),
+        ]);
+    }
+    let mut out = String::new();
+    out += &format!("`{}`\n\n", command.join(" "));
+    out += &format!("Machine: {}\n\n", machine.describe());
+    out += &format!(
+        "Medians of {} interleaved round(s); w1 = {} serial commits of 16 KiB, w2 = {} s per run. \
+         Raw floor: one thread, one O_DIRECT|O_DSYNC pwrite of the value (rounded up to the \
+         block) per commit into a zero-filled file. Ratio = journal median / raw median (w2: the \
+         one-thread floor at the same R). cs = context switches of the whole process.\n\n",
+        a.rounds, a.count, a.duration
+    );
+    out += &t.render();
+    out
+}
