@@ -38,8 +38,8 @@ fn main() {
     let secs: f64 = args.get(4).map_or(3.0, |s| s.parse().unwrap());
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
-    if args.iter().any(|a| a == "raw") {
-        raw(&dir, size, secs);
+    if args.iter().any(|a| a == "raw" || a == "rawtail") {
+        raw(&dir, size, secs, args.iter().any(|a| a == "rawtail"));
         return;
     }
     let lz4 = args.iter().any(|a| a == "lz4");
@@ -118,7 +118,10 @@ fn main() {
 
 /// The floor: one thread, `size` bytes rounded up to 4 KiB, `pwrite` on an
 /// `O_DIRECT|O_DSYNC` descriptor into a zero-filled file.
-fn raw(dir: &std::path::Path, size: usize, secs: f64) {
+/// `tail`: write like the journal does — records of `size + 32` bytes back
+/// to back, each write covering the blocks from the one holding the
+/// previous end (rewritten) to the record's end.
+fn raw(dir: &std::path::Path, size: usize, secs: f64, tail: bool) {
     use keel::io::{AlignedBuf, OpenMode, OpenOptions, Vfs};
     let vfs = RealVfs;
     let path = dir.join("raw");
@@ -128,20 +131,32 @@ fn raw(dir: &std::path::Path, size: usize, secs: f64) {
         .unwrap();
     f.zero_fill(0, file_len).unwrap();
     let n = size.div_ceil(4096) * 4096;
-    let buf = AlignedBuf::new(n, 4096);
+    let buf = AlignedBuf::new(n + 8192, 4096);
+    let mut pos = 4096u64;
     let (cs0, cpu0, _) = rusage();
     let t0 = Instant::now();
     let mut count = 0u64;
     let mut off = 0;
     while t0.elapsed().as_secs_f64() < secs {
-        f.write_at(&buf, off).unwrap();
-        off = (off + n as u64) % file_len;
+        if tail {
+            let start = pos / 4096 * 4096;
+            let end = (pos + size as u64 + 32).div_ceil(4096) * 4096;
+            f.write_at(&buf[..(end - start) as usize], start).unwrap();
+            pos += size as u64 + 32;
+            if pos + n as u64 + 8192 > file_len {
+                pos = 4096;
+            }
+        } else {
+            f.write_at(&buf[..n], off).unwrap();
+            off = (off + n as u64) % file_len;
+        }
         count += 1;
     }
     let el = t0.elapsed().as_secs_f64();
     let (cs1, cpu1, _) = rusage();
     println!(
-        "raw R={size}: {:.0} commits/s, {:.2} cs/commit, {:.1} us cpu/commit",
+        "raw{} R={size}: {:.0} commits/s, {:.2} cs/commit, {:.1} us cpu/commit",
+        if tail { " tail-block" } else { "" },
         count as f64 / el,
         (cs1 - cs0) as f64 / count as f64,
         (cpu1 - cpu0) * 1e6 / count as f64

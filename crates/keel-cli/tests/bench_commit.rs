@@ -1,0 +1,160 @@
+//! `keel bench commit` speaks the commit-benchmark protocol: all flags in
+//! the protocol's order, one JSON line on stdout with the named fields, a
+//! nonzero exit and an `error` field on failure; and `keel bench journal
+//! --vs-raw --quick` prints its table. Small counts: these check the
+//! interface, not the speed.
+
+mod common;
+
+use std::path::Path;
+use std::process::Output;
+
+use common::{keel, scratch};
+
+/// Run with the protocol's flags, in its order: `(threads, size, count,
+/// duration, batch)`.
+fn protocol(dir: &Path, workload: &str, n: (u32, u64, u64, f64, u32), extra: &[&str]) -> Output {
+    let (threads, size, count, duration, batch) = n;
+    let out = keel()
+        .args(["bench", "commit", "--workload", workload])
+        .args(["--threads", &threads.to_string()])
+        .args(["--size", &size.to_string()])
+        .args(["--count", &count.to_string()])
+        .args(["--duration", &duration.to_string()])
+        .arg("--dir")
+        .arg(dir)
+        .args(["--batch", &batch.to_string()])
+        .args(extra)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    out
+}
+
+/// The last JSON line on stdout, as the protocol reads it.
+fn last_json(out: &Output) -> serde_json::Value {
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let line = stdout
+        .lines()
+        .rfind(|l| l.starts_with('{'))
+        .unwrap_or_else(|| panic!("no JSON line in {stdout:?}"));
+    serde_json::from_str(line).unwrap()
+}
+
+fn check_fields(v: &serde_json::Value) {
+    for f in [
+        "commits_per_s",
+        "p50_us",
+        "p99_us",
+        "p999_us",
+        "max_us",
+        "total_ms",
+        "ms_per_commit",
+        "commits",
+        "ops",
+        "ops_per_s",
+    ] {
+        assert!(v[f].is_number(), "{f} missing in {v}");
+    }
+    assert!(v["commits_per_s"].as_f64().unwrap() > 0.0);
+    let info = &v["info"];
+    for f in [
+        "context_switches_per_commit",
+        "cpu_us_per_commit",
+        "before_timing",
+        "method",
+    ] {
+        assert!(!info[f].is_null(), "info.{f} missing in {v}");
+    }
+}
+
+#[test]
+fn w1_w2_w3_on_the_journal() {
+    let dir = scratch("bench-commit");
+    let out = protocol(&dir, "w1", (1, 16384, 64, 0.0, 1), &[]);
+    assert!(out.status.success(), "{out:?}");
+    let v = last_json(&out);
+    check_fields(&v);
+    assert_eq!(v["commits"], 64);
+    assert_eq!(v["info"]["engine"], "journal");
+    assert_eq!(
+        v["info"]["writes"], 64,
+        "one commit at a time: one write each"
+    );
+
+    let out = protocol(&dir, "w2", (4, 128, 0, 0.2, 1), &[]);
+    assert!(out.status.success(), "{out:?}");
+    let v = last_json(&out);
+    check_fields(&v);
+    assert!(v["commits"].as_u64().unwrap() > 0);
+    assert_eq!(v["info"]["threads"], 4);
+
+    let out = protocol(&dir, "w3", (1, 100, 20, 0.0, 10), &[]);
+    assert!(out.status.success(), "{out:?}");
+    let v = last_json(&out);
+    check_fields(&v);
+    assert_eq!(
+        (v["commits"].as_u64(), v["ops"].as_u64()),
+        (Some(20), Some(200))
+    );
+    assert_eq!(v["info"]["record_bytes"], 4 + 10 * (6 + 16 + 100));
+
+    // The files are gone; the directory stays (it was given).
+    assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 0);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn raw_floor_speaks_the_same_protocol() {
+    let dir = scratch("bench-commit-raw");
+    let out = protocol(&dir, "w1", (1, 16384, 32, 0.0, 1), &["--engine", "raw"]);
+    assert!(out.status.success(), "{out:?}");
+    let v = last_json(&out);
+    check_fields(&v);
+    assert_eq!(v["info"]["engine"], "raw");
+    assert_eq!(v["info"]["bytes_per_commit"], 16384);
+    let out = protocol(&dir, "w3", (1, 100, 10, 0.0, 100), &["--engine", "raw"]);
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(last_json(&out)["ops"], 1000);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn failures_exit_nonzero_with_an_error_field() {
+    let dir = scratch("bench-commit-err");
+    // r1 needs a store.
+    let out = protocol(&dir, "r1", (1, 100, 1000, 3.0, 1000), &[]);
+    assert!(!out.status.success());
+    assert!(last_json(&out)["error"].as_str().unwrap().contains("r1"));
+    // Neither a count nor a duration.
+    let out = protocol(&dir, "w2", (1, 128, 0, 0.0, 1), &[]);
+    assert!(!out.status.success());
+    assert!(last_json(&out)["error"].is_string());
+    // Not a workload: clap's usage error.
+    let out = keel()
+        .args(["bench", "commit", "--workload", "w9"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn vs_raw_quick_prints_ratios() {
+    let dir = scratch("bench-journal");
+    let out = keel()
+        .args(["bench", "journal", "--vs-raw", "--quick", "--json", "--dir"])
+        .arg(&dir)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let v = last_json(&out);
+    let rows = v["rows"].as_array().unwrap();
+    assert_eq!(rows.len(), 3, "w1, w2 T=1 and T=16: {v}");
+    for r in rows {
+        assert!(r["ratio"].as_f64().unwrap() > 0.0, "{r}");
+        assert!(r["raw_median"].as_f64().unwrap() > 0.0, "{r}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
