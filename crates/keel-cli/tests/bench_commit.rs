@@ -158,3 +158,94 @@ fn vs_raw_quick_prints_ratios() {
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Under `strace`: the durable writes each engine's commits claim. Returns
+/// the sizes of `pwrite64` calls on descriptors opened with `O_DSYNC`
+/// whose file name ends with `suffix`, and those on other descriptors.
+fn traced_writes(engine: &str, suffix: &str) -> (Vec<u64>, Vec<u64>) {
+    common::require_tool("strace");
+    let dir = scratch(&format!("bench-commit-strace-{engine}"));
+    let trace = dir.join("trace.txt");
+    let out = std::process::Command::new("strace")
+        .args([
+            "-f",
+            "-qq",
+            "-y",
+            "-s",
+            "0",
+            "-e",
+            "trace=openat,pwrite64",
+            "-o",
+        ])
+        .arg(&trace)
+        .arg(env!("CARGO_BIN_EXE_keel"))
+        .args(["bench", "commit", "--workload", "w1", "--threads", "1"])
+        .args([
+            "--size",
+            "16384",
+            "--count",
+            "50",
+            "--duration",
+            "0",
+            "--dir",
+        ])
+        .arg(dir.join("run"))
+        .args(["--batch", "1", "--engine", engine])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(last_json(&out)["commits"], 50);
+    let text = std::fs::read_to_string(&trace).unwrap();
+    // fd → open flags, as opens come and go.
+    let mut flags = std::collections::HashMap::new();
+    let (mut durable, mut other) = (Vec::new(), Vec::new());
+    for line in text.lines() {
+        let Some((_, call)) = line.trim_start().split_once(' ') else {
+            continue;
+        };
+        let call = call.trim_start();
+        if let Some(rest) = call.strip_prefix("openat(") {
+            let Some((args, ret)) = rest.rsplit_once(") = ") else {
+                continue;
+            };
+            let fd = ret.split('<').next().unwrap_or("").to_string();
+            let f = args.split(", ").nth(2).unwrap_or("").to_string();
+            flags.insert(fd, f);
+        } else if let Some(rest) = call.strip_prefix("pwrite64(") {
+            let args: Vec<&str> = rest.split(", ").collect();
+            let (fd, path) = args[0].split_once('<').unwrap_or((args[0], ""));
+            if !path.trim_end_matches('>').ends_with(suffix) {
+                continue;
+            }
+            let size: u64 = args[2].parse().unwrap();
+            if flags.get(fd).is_some_and(|f| f.contains("O_DSYNC")) {
+                durable.push(size);
+            } else {
+                other.push(size);
+            }
+        }
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+    (durable, other)
+}
+
+#[test]
+fn strace_every_commit_is_a_durable_write() {
+    // The raw floor: after the zero-fill (large writes), one 16 KiB
+    // O_DIRECT|O_DSYNC write per commit.
+    let (durable, _) = traced_writes("raw", "raw-floor.dat");
+    let (fill, commits) = durable.split_at(durable.len().saturating_sub(50));
+    assert_eq!(commits, vec![16384; 50]);
+    assert!(
+        fill.iter().all(|&n| n >= 65536),
+        "zero-fill chunks: {fill:?}"
+    );
+    // The journal: one O_DIRECT|O_DSYNC write of 5 blocks per commit (16,410
+    // bytes of record and 32 of header), besides segment headers (one
+    // block each); zero-fill writes go through a descriptor without
+    // O_DSYNC, followed by fdatasync.
+    let (durable, other) = traced_writes("journal", ".seg");
+    let commits: Vec<u64> = durable.iter().copied().filter(|&n| n != 4096).collect();
+    assert_eq!(commits, vec![20480; 50], "{durable:?}");
+    assert!(other.iter().all(|&n| n == 1 << 20), "{other:?}");
+}
