@@ -31,7 +31,7 @@ use keel::journal::{Journal, JournalOptions, JournalStats};
 use rand::{Rng, RngCore};
 use serde_json::json;
 
-use super::report::{BenchDir, BenchFile, LatencyRecorder};
+use super::report::{BenchDir, BenchFile, BenchTree, LatencyRecorder};
 use crate::util::{ensure_dir, format_size, format_size_approx, Size};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -470,7 +470,7 @@ pub fn run_one(spec: &Spec, dir: &Path) -> anyhow::Result<Outcome> {
                     jdir.display()
                 );
             }
-            let _cleanup = JournalDirCleanup(jdir.clone());
+            let _cleanup = BenchTree::new(jdir.clone());
             let opts = JournalOptions {
                 segment_size_bytes: spec.segment_size,
                 method: spec.method,
@@ -583,15 +583,6 @@ pub fn run_one(spec: &Spec, dir: &Path) -> anyhow::Result<Outcome> {
             drop(guard);
             Ok(out)
         }
-    }
-}
-
-/// Removes a bench journal directory (its files, then itself) on drop.
-struct JournalDirCleanup(PathBuf);
-
-impl Drop for JournalDirCleanup {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
     }
 }
 

@@ -11,6 +11,9 @@ use std::sync::{Mutex, Once};
 static LIVE_PATHS: Mutex<Vec<PathBuf>> = Mutex::new(Vec::new());
 /// Directories a bench created for its files, removed after the files.
 static LIVE_DIRS: Mutex<Vec<PathBuf>> = Mutex::new(Vec::new());
+/// Directories whose whole contents belong to a bench (a bench journal),
+/// removed with everything in them.
+static LIVE_TREES: Mutex<Vec<PathBuf>> = Mutex::new(Vec::new());
 static HANDLER: Once = Once::new();
 
 /// The exit status of a process ended by SIGINT (128 + 2), as shells report.
@@ -76,6 +79,38 @@ impl Drop for BenchDir {
     }
 }
 
+/// A directory that a bench fills with files it names itself (a journal's
+/// segments): removed with its contents when this guard drops or on
+/// Ctrl-C. Only for directories the bench created under its own name.
+#[derive(Debug)]
+pub struct BenchTree {
+    path: PathBuf,
+}
+
+impl BenchTree {
+    pub fn new(path: PathBuf) -> BenchTree {
+        install_interrupt_cleanup();
+        lock_trees().push(path.clone());
+        BenchTree { path }
+    }
+}
+
+impl Drop for BenchTree {
+    fn drop(&mut self) {
+        match std::fs::remove_dir_all(&self.path) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                eprintln!("warning: could not remove {}: {e}", self.path.display())
+            }
+            _ => {}
+        }
+        lock_trees().retain(|p| p != &self.path);
+    }
+}
+
+fn lock_trees() -> std::sync::MutexGuard<'static, Vec<PathBuf>> {
+    LIVE_TREES.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 fn lock_paths() -> std::sync::MutexGuard<'static, Vec<PathBuf>> {
     // A panic while the lock was held cannot leave the list inconsistent
     // (each operation is one push or retain), so poisoning is ignored.
@@ -103,10 +138,18 @@ fn install_interrupt_cleanup() {
             for path in &paths {
                 let _ = remove_if_present(path);
             }
+            let trees = std::mem::take(&mut *lock_trees());
+            for tree in &trees {
+                let _ = std::fs::remove_dir_all(tree);
+            }
             for dir in std::mem::take(&mut *lock_dirs()) {
                 let _ = std::fs::remove_dir(dir);
             }
-            eprintln!("\ninterrupted: removed {} bench file(s)", paths.len());
+            eprintln!(
+                "\ninterrupted: removed {} bench file(s) and {} bench director(ies)",
+                paths.len(),
+                trees.len()
+            );
             std::process::exit(INTERRUPTED_EXIT_CODE);
         });
         if let Err(e) = installed {

@@ -31,7 +31,7 @@ use std::time::Duration;
 
 use serde::Serialize;
 
-pub use cleanup::{BenchDir, BenchFile};
+pub use cleanup::{BenchDir, BenchFile, BenchTree};
 pub use files::{check_dir, prepare_file, Prealloc, RandomPool};
 pub use latency::{LatencyRecorder, LatencySummary};
 pub use machine::Machine;
