@@ -485,6 +485,7 @@ pub fn run_one(spec: &Spec, dir: &Path) -> anyhow::Result<Outcome> {
             let method = j.method();
             let segments_before = j.stats();
             let c = JournalCommitter(j);
+            settle(dir);
             let mut out = timed(spec, &pool, &c)?;
             let st: JournalStats = c.0.stats();
             let created = st.segments_created - segments_before.segments_created;
@@ -558,6 +559,7 @@ pub fn run_one(spec: &Spec, dir: &Path) -> anyhow::Result<Outcome> {
                     .map(|_| std::sync::Mutex::new(AlignedBuf::new(per_commit as usize, block)))
                     .collect(),
             };
+            settle(dir);
             let mut out = timed(spec, &pool, &c)?;
             out.info = json!({
                 "engine": "raw",
@@ -583,6 +585,15 @@ pub fn run_one(spec: &Spec, dir: &Path) -> anyhow::Result<Outcome> {
             drop(guard);
             Ok(out)
         }
+    }
+}
+
+/// Flush the whole file system holding `dir` (`syncfs`) so that writes and
+/// deletions left by setup, or by an earlier run in the same process, are
+/// not flushed inside the timed region of this one.
+fn settle(dir: &Path) {
+    if let Ok(d) = std::fs::File::open(dir) {
+        let _ = rustix::fs::syncfs(&d);
     }
 }
 
