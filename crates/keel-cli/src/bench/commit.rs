@@ -108,6 +108,19 @@ pub struct CommitArgs {
     /// What to measure: the journal, or the raw floor.
     #[arg(long, value_enum, default_value_t = Engine::Journal)]
     pub engine: Engine,
+    #[command(flatten)]
+    pub journal: JournalFlags,
+    /// Segments to prepare before timing, in bytes of records (default:
+    /// what a --count run needs; for a --duration run, an estimate from
+    /// the threads and record size, at most 640M).
+    #[arg(long)]
+    pub preallocate: Option<Size>,
+}
+
+/// The journal's settings and the values it is fed, shared by `bench
+/// commit` and `bench journal`.
+#[derive(Args, Debug, Clone)]
+pub struct JournalFlags {
     /// The journal's write method (default: odirect_dsync, or fdatasync
     /// where direct I/O is refused).
     #[arg(long)]
@@ -122,11 +135,6 @@ pub struct CommitArgs {
     /// Value bytes: random (incompressible, the protocol's) or text.
     #[arg(long, value_enum, default_value_t = Values::Random)]
     pub values: Values,
-    /// Segments to prepare before timing, in bytes of records (default:
-    /// what a --count run needs; for a --duration run, an estimate from
-    /// the threads and record size, at most 640M).
-    #[arg(long)]
-    pub preallocate: Option<Size>,
 }
 
 /// A fully resolved run.
@@ -173,10 +181,10 @@ impl Spec {
                 .unwrap_or(if w == Workload::W2 { 3.0 } else { 0.0 }),
             batch: a.batch.unwrap_or(if w == Workload::W3 { 100 } else { 1 }),
             engine: a.engine,
-            method: a.method,
-            segment_size: a.segment_size.bytes(),
-            lz4: a.lz4.map(|s| s.bytes() as usize),
-            values: a.values,
+            method: a.journal.method,
+            segment_size: a.journal.segment_size.bytes(),
+            lz4: a.journal.lz4.map(|s| s.bytes() as usize),
+            values: a.journal.values,
             preallocate: a.preallocate.map(Size::bytes),
         };
         spec.validate()?;

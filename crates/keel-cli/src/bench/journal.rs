@@ -10,10 +10,9 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use clap::Args;
-use keel::io::WriteMethod;
 use serde_json::json;
 
-use super::commit::{run_one, with_dir, Engine, Outcome, Spec, Values, Workload};
+use super::commit::{run_one, with_dir, Engine, JournalFlags, Outcome, Spec, Workload};
 use super::report::{number, progress, Align, Machine, Table};
 use crate::util::Size;
 
@@ -41,18 +40,8 @@ pub struct JournalArgs {
     /// `keel-bench-journal-<pid>` here). Files are removed afterwards.
     #[arg(long)]
     pub dir: Option<PathBuf>,
-    /// The journal's write method (default: odirect_dsync).
-    #[arg(long)]
-    pub method: Option<WriteMethod>,
-    /// Journal segment size.
-    #[arg(long, default_value = "64M")]
-    pub segment_size: Size,
-    /// Compress journal records of at least this many bytes with LZ4.
-    #[arg(long)]
-    pub lz4: Option<Size>,
-    /// Value bytes: random (incompressible) or text.
-    #[arg(long, value_enum, default_value_t = Values::Random)]
-    pub values: Values,
+    #[command(flatten)]
+    pub journal: JournalFlags,
     /// A short run (1 round, 0.3 s, 256 w1 commits, T = 1 and 16, R = 128).
     #[arg(long)]
     pub quick: bool,
@@ -101,10 +90,10 @@ fn spec(a: &JournalArgs, c: Config, engine: Engine) -> Spec {
         duration: if w1 { 0.0 } else { a.duration },
         batch: 1,
         engine,
-        method: a.method,
-        segment_size: a.segment_size.bytes(),
-        lz4: a.lz4.map(|s| s.bytes() as usize),
-        values: a.values,
+        method: a.journal.method,
+        segment_size: a.journal.segment_size.bytes(),
+        lz4: a.journal.lz4.map(|s| s.bytes() as usize),
+        values: a.journal.values,
         preallocate: None,
     }
 }
@@ -155,8 +144,8 @@ fn run_in(a: &JournalArgs, dir: &Path) -> anyhow::Result<ExitCode> {
         }
         for (config, engine) in list {
             let s = spec(a, config, engine);
-            bar.set_message(format!(
-                "round {} {} {} T={} R={}",
+            let label = format!(
+                "round {} {:>7} {} T={:<3} R={:<6}",
                 round + 1,
                 if engine == Engine::Raw {
                     "raw"
@@ -166,24 +155,13 @@ fn run_in(a: &JournalArgs, dir: &Path) -> anyhow::Result<ExitCode> {
                 config.workload.name(),
                 config.threads,
                 config.size
-            ));
+            );
+            bar.set_message(label.clone());
             let outcome = run_one(&s, dir)?;
-            if !bar.is_hidden() {
-                bar.inc(1);
+            if bar.is_hidden() {
+                eprintln!("{label} {:>9.0} commits/s", outcome.commits_per_s());
             } else {
-                eprintln!(
-                    "round {} {:>7} {} T={:<3} R={:<6} {:>9.0} commits/s",
-                    round + 1,
-                    if engine == Engine::Raw {
-                        "raw"
-                    } else {
-                        "journal"
-                    },
-                    config.workload.name(),
-                    config.threads,
-                    config.size,
-                    outcome.commits_per_s()
-                );
+                bar.inc(1);
             }
             runs.push(Run {
                 config,
