@@ -116,7 +116,10 @@ fn raw_floor_speaks_the_same_protocol() {
     assert_eq!(v["info"]["bytes_per_commit"], 16384);
     let out = protocol(&dir, "w3", (1, 100, 10, 0.0, 100), &["--engine", "raw"]);
     assert!(out.status.success(), "{out:?}");
-    assert_eq!(last_json(&out)["ops"], 1000);
+    let v = last_json(&out);
+    assert_eq!(v["ops"], 1000);
+    // The protocol's w3 floor: the keys and values alone, 100 × (16 + 100).
+    assert_eq!(v["info"]["bytes_per_commit"], 11600);
     let _ = std::fs::remove_dir_all(&dir);
 }
 
@@ -126,7 +129,11 @@ fn failures_exit_nonzero_with_an_error_field() {
     // r1 needs a store.
     let out = protocol(&dir, "r1", (1, 100, 1000, 3.0, 1000), &[]);
     assert!(!out.status.success());
-    assert!(last_json(&out)["error"].as_str().unwrap().contains("r1"));
+    assert_eq!(
+        last_json(&out)["error"],
+        "r1 needs a store; the journal has no reads"
+    );
+    assert!(String::from_utf8_lossy(&out.stderr).contains("r1 needs a store"));
     // Neither a count nor a duration.
     let out = protocol(&dir, "w2", (1, 128, 0, 0.0, 1), &[]);
     assert!(!out.status.success());
