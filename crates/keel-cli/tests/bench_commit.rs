@@ -138,12 +138,55 @@ fn failures_exit_nonzero_with_an_error_field() {
     let out = protocol(&dir, "w2", (1, 128, 0, 0.0, 1), &[]);
     assert!(!out.status.success());
     assert!(last_json(&out)["error"].is_string());
-    // Not a workload: clap's usage error.
+    // Both a count and a duration; no thread; a batch outside w3.
+    for (workload, n) in [
+        ("w1", (1, 16384, 10, 1.0, 1)),
+        ("w2", (0, 128, 0, 1.0, 1)),
+        ("w1", (1, 16384, 10, 0.0, 5)),
+    ] {
+        let out = protocol(&dir, workload, n, &[]);
+        assert_eq!(out.status.code(), Some(1), "{workload} {n:?}: {out:?}");
+        assert!(last_json(&out)["error"].is_string(), "{out:?}");
+    }
+    // A directory that cannot be made (below a file).
+    let file = dir.join("a-file");
+    std::fs::write(&file, b"x").unwrap();
+    let out = protocol(&file.join("sub"), "w1", (1, 16384, 10, 0.0, 1), &[]);
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    assert!(last_json(&out)["error"].is_string(), "{out:?}");
+    std::fs::remove_file(&file).unwrap();
+    // Not a workload, not a size, not a number: clap's usage error.
+    for bad in [
+        ["--workload", "w9", "--size", "128"],
+        ["--workload", "w1", "--size", "12Q"],
+        ["--workload", "w1", "--threads", "many"],
+    ] {
+        let out = keel().args(["bench", "commit"]).args(bad).output().unwrap();
+        assert_eq!(out.status.code(), Some(2), "{bad:?}: {out:?}");
+        assert!(out.stdout.is_empty(), "{bad:?}: {out:?}");
+    }
+    // Nothing was left behind by the failed runs.
+    assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 0);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn sizes_take_suffixes_and_the_dir_is_created() {
+    let dir = scratch("bench-commit-dir");
+    let nested = dir.join("not/yet");
     let out = keel()
-        .args(["bench", "commit", "--workload", "w9"])
+        .args(["bench", "commit", "--workload", "w1", "--threads", "1"])
+        .args(["--size", "4K", "--count", "8", "--duration", "0", "--dir"])
+        .arg(&nested)
+        .args(["--batch", "1"])
         .output()
         .unwrap();
-    assert_eq!(out.status.code(), Some(2));
+    assert!(out.status.success(), "{out:?}");
+    let v = last_json(&out);
+    assert_eq!(v["info"]["size"], 4096, "{v}");
+    assert_eq!(v["commits"], 8);
+    assert!(nested.is_dir());
+    assert_eq!(std::fs::read_dir(&nested).unwrap().count(), 0);
     let _ = std::fs::remove_dir_all(&dir);
 }
 
@@ -162,7 +205,35 @@ fn vs_raw_quick_prints_ratios() {
     for r in rows {
         assert!(r["ratio"].as_f64().unwrap() > 0.0, "{r}");
         assert!(r["raw_median"].as_f64().unwrap() > 0.0, "{r}");
+        assert_eq!(r["raw_threads"], 1, "the protocol's one-thread floor: {r}");
     }
+    // The floor at every T, in the table.
+    let out = keel()
+        .args([
+            "bench",
+            "journal",
+            "--vs-raw",
+            "--quick",
+            "--raw-threads",
+            "each",
+        ])
+        .arg("--dir")
+        .arg(&dir)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let table = String::from_utf8_lossy(&out.stdout);
+    assert!(table.contains("| journal/raw |"), "{table}");
+    assert!(table.contains("the floor at the same T and R"), "{table}");
+    assert_eq!(table.lines().filter(|l| l.starts_with("| w2 ")).count(), 2);
+    assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 0);
+    // Bad input: a thread count of 0.
+    let out = keel()
+        .args(["bench", "journal", "--vs-raw", "--threads", "0", "--dir"])
+        .arg(&dir)
+        .output()
+        .unwrap();
+    assert!(!out.status.success(), "{out:?}");
     let _ = std::fs::remove_dir_all(&dir);
 }
 

@@ -2,14 +2,17 @@
 //! run, interleaved, so that the ratio survives a noisy machine.
 //!
 //! Each round runs, for w1 and for every record size of w2, the raw floor
-//! (one thread, `O_DIRECT|O_DSYNC` into a zero-filled file) and the journal
-//! at every thread count; odd rounds run the same list backwards. The table
-//! gives medians over the rounds and the ratio of the medians.
+//! (one thread, `O_DIRECT|O_DSYNC` into a zero-filled file, as in the
+//! protocol's reference figures) and the journal at every thread count;
+//! with `--raw-threads each`, the raw floor runs at every thread count too,
+//! just before the journal at that count. Odd rounds run the same list
+//! backwards, so each pair alternates which goes first. The table gives
+//! medians over the rounds and the ratio of the medians.
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use clap::Args;
+use clap::{Args, ValueEnum};
 use serde_json::json;
 
 use super::commit::{run_one, with_dir, Engine, JournalFlags, Outcome, Spec, Workload};
@@ -21,6 +24,11 @@ pub struct JournalArgs {
     /// Also run the raw floor, interleaved, and print journal/raw ratios.
     #[arg(long)]
     pub vs_raw: bool,
+    /// Which raw floor a w2 row is compared with: one thread at the same
+    /// record size (the protocol's reference floor), or T threads, each
+    /// writing its own region of the file (twice the runs).
+    #[arg(long, value_enum, default_value_t = RawThreads::One)]
+    pub raw_threads: RawThreads,
     /// Rounds (each configuration runs once per round; medians are taken).
     #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..=15))]
     pub rounds: u32,
@@ -48,6 +56,14 @@ pub struct JournalArgs {
     /// Print one JSON object on stdout instead of the table.
     #[arg(long)]
     pub json: bool,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum RawThreads {
+    /// One committing thread: what one durable write at a time achieves.
+    One,
+    /// As many threads as the journal row: T independent durable writers.
+    Each,
 }
 
 /// One line of the table: a workload at T threads and R bytes.
@@ -113,7 +129,7 @@ fn run_in(a: &JournalArgs, dir: &Path) -> anyhow::Result<ExitCode> {
     round_list.push((w1, Engine::Journal));
     for size in &a.sizes {
         let size = size.bytes() as usize;
-        if a.vs_raw {
+        if a.vs_raw && a.raw_threads == RawThreads::One {
             let raw = Config {
                 workload: Workload::W2,
                 threads: 1,
@@ -127,6 +143,9 @@ fn run_in(a: &JournalArgs, dir: &Path) -> anyhow::Result<ExitCode> {
                 threads,
                 size,
             };
+            if a.vs_raw && a.raw_threads == RawThreads::Each {
+                round_list.push((c, Engine::Raw));
+            }
             round_list.push((c, Engine::Journal));
         }
     }
@@ -178,6 +197,7 @@ fn run_in(a: &JournalArgs, dir: &Path) -> anyhow::Result<ExitCode> {
             "command": command.join(" "),
             "machine": machine.describe(),
             "rounds": a.rounds,
+            "raw_threads": if a.vs_raw { Some(format!("{:?}", a.raw_threads).to_lowercase()) } else { None },
             "rows": rows,
             "runs": runs.iter().map(|r| json!({
                 "workload": r.config.workload.name(),
@@ -231,12 +251,17 @@ fn summarize(a: &JournalArgs, runs: &[Run]) -> Vec<serde_json::Value> {
             // The run at the median (the lower middle one for an even count).
             let mid = &journal[(journal.len() - 1) / 2].outcome;
             let j_median = median(journal.iter().map(|r| r.outcome.commits_per_s()).collect());
+            let raw_threads = match a.raw_threads {
+                RawThreads::One => 1,
+                RawThreads::Each => c.threads,
+            };
             let raw: Vec<f64> = runs
                 .iter()
                 .filter(|r| {
                     r.engine == Engine::Raw
                         && r.config.workload == c.workload
                         && r.config.size == c.size
+                        && r.config.threads == raw_threads
                 })
                 .map(|r| r.outcome.commits_per_s())
                 .collect();
@@ -249,6 +274,7 @@ fn summarize(a: &JournalArgs, runs: &[Run]) -> Vec<serde_json::Value> {
                 "journal_median": j_median.round(),
                 "raw_commits_per_s": raw.iter().map(|x| x.round()).collect::<Vec<_>>(),
                 "raw_median": raw_median.map(f64::round),
+                "raw_threads": (!raw.is_empty()).then_some(raw_threads),
                 "ratio": raw_median.map(|r| (j_median / r * 1000.0).round() / 1000.0),
                 "p50_us": mid.latency.quantile_us(0.5),
                 "p99_us": mid.latency.quantile_us(0.99),
@@ -299,11 +325,18 @@ fn render(
     let mut out = String::new();
     out += &format!("`{}`\n\n", command.join(" "));
     out += &format!("Machine: {}\n\n", machine.describe());
+    let (raw_who, w2_floor) = match a.raw_threads {
+        RawThreads::One => ("one thread", "the one-thread floor at the same R"),
+        RawThreads::Each => (
+            "T threads, each in its own region of the file",
+            "the floor at the same T and R",
+        ),
+    };
     out += &format!(
         "Medians of {} interleaved round(s); w1 = {} serial commits of 16 KiB, w2 = {} s per run. \
-         Raw floor: one thread, one O_DIRECT|O_DSYNC pwrite of the value (rounded up to the \
-         block) per commit into a zero-filled file. Ratio = journal median / raw median (w2: the \
-         one-thread floor at the same R). cs = context switches of the whole process.\n\n",
+         Raw floor: {raw_who}, one O_DIRECT|O_DSYNC pwrite of the value (rounded up to the \
+         block) per commit into a zero-filled file. Ratio = journal median / raw median (w2: \
+         {w2_floor}). cs = context switches of the whole process.\n\n",
         a.rounds, a.count, a.duration
     );
     out += &t.render();
