@@ -16,7 +16,7 @@ use clap::{Args, ValueEnum};
 use serde_json::json;
 
 use super::commit::{run_one, with_dir, Engine, JournalFlags, Outcome, Spec, Workload};
-use super::report::{number, progress, Align, Machine, Table};
+use super::report::{median, number, progress, Align, Machine, Table};
 use crate::util::Size;
 
 #[derive(Args, Debug, Clone)]
@@ -215,19 +215,6 @@ fn run_in(a: &JournalArgs, dir: &Path) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    let n = v.len();
-    if n == 0 {
-        return f64::NAN;
-    }
-    if n % 2 == 1 {
-        v[n / 2]
-    } else {
-        (v[n / 2 - 1] + v[n / 2]) / 2.0
-    }
-}
-
 /// Medians per configuration, as JSON rows.
 fn summarize(a: &JournalArgs, runs: &[Run]) -> Vec<serde_json::Value> {
     let mut configs: Vec<Config> = Vec::new();
@@ -250,7 +237,8 @@ fn summarize(a: &JournalArgs, runs: &[Run]) -> Vec<serde_json::Value> {
             });
             // The run at the median (the lower middle one for an even count).
             let mid = &journal[(journal.len() - 1) / 2].outcome;
-            let j_median = median(journal.iter().map(|r| r.outcome.commits_per_s()).collect());
+            let j_rates: Vec<f64> = journal.iter().map(|r| r.outcome.commits_per_s()).collect();
+            let j_median = median(&j_rates).unwrap_or(f64::NAN);
             let raw_threads = match a.raw_threads {
                 RawThreads::One => 1,
                 RawThreads::Each => c.threads,
@@ -265,7 +253,7 @@ fn summarize(a: &JournalArgs, runs: &[Run]) -> Vec<serde_json::Value> {
                 })
                 .map(|r| r.outcome.commits_per_s())
                 .collect();
-            let raw_median = (!raw.is_empty()).then(|| median(raw.clone()));
+            let raw_median = median(&raw);
             json!({
                 "workload": c.workload.name(),
                 "threads": c.threads,

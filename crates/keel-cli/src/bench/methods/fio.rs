@@ -69,17 +69,8 @@ impl Comparison {
 /// The median of the runs that succeeded (the mean of the middle two for
 /// an even count).
 fn median(values: &[Option<f64>]) -> Option<f64> {
-    let mut v: Vec<f64> = values.iter().flatten().copied().collect();
-    if v.is_empty() {
-        return None;
-    }
-    v.sort_by(f64::total_cmp);
-    let mid = v.len() / 2;
-    Some(if v.len() % 2 == 1 {
-        v[mid]
-    } else {
-        (v[mid - 1] + v[mid]) / 2.0
-    })
+    let ok: Vec<f64> = values.iter().flatten().copied().collect();
+    crate::bench::report::median(&ok)
 }
 
 /// Run `plan.rounds` rounds; in each, every comparable spec runs once under

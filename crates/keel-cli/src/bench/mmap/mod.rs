@@ -15,7 +15,7 @@ use clap::Args;
 use keel::io::RealVfs;
 use serde::Serialize;
 
-use crate::bench::report::{check_dir, number, plot, Align, Machine, Prealloc, Table};
+use crate::bench::report::{check_dir, median, number, plot, Align, Machine, Prealloc, Table};
 use crate::util::{format_size, Size};
 pub use run::{Outcome, Variant};
 
@@ -281,17 +281,6 @@ pub fn summarize(plan: &MmapPlan, outcomes: &[Outcome]) -> Vec<Summary> {
             }
         })
         .collect()
-}
-
-fn median(values: &[f64]) -> Option<f64> {
-    let mut v = values.to_vec();
-    v.sort_by(f64::total_cmp);
-    let n = v.len();
-    match n {
-        0 => None,
-        _ if n % 2 == 1 => Some(v[n / 2]),
-        _ => Some((v[n / 2 - 1] + v[n / 2]) / 2.0),
-    }
 }
 
 pub fn json(plan: &MmapPlan, machine: &Machine, outcomes: &[Outcome]) -> String {

@@ -37,6 +37,20 @@ pub use latency::{LatencyRecorder, LatencySummary};
 pub use machine::Machine;
 pub use table::{number, Align, Table};
 
+/// The median of `values` (the mean of the middle two for an even count),
+/// or `None` when there are none: what every interleaved comparison
+/// reports.
+pub fn median(values: &[f64]) -> Option<f64> {
+    let mut v = values.to_vec();
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    match n {
+        0 => None,
+        _ if n % 2 == 1 => Some(v[n / 2]),
+        _ => Some((v[n / 2 - 1] + v[n / 2]) / 2.0),
+    }
+}
+
 /// Figures of one timed run of `count` operations of `bytes_per_op` bytes.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize)]
 pub struct RunFigures {
