@@ -30,10 +30,10 @@ use anyhow::{bail, Context};
 use clap::{Args, ValueEnum};
 use keel::io::{AlignedBuf, OpenMode, OpenOptions, RealVfs, SyncKind, VfsFile, WriteMethod};
 use keel::journal::{Journal, JournalOptions, JournalStats};
-use rand::{Rng, RngCore};
+use rand::Rng;
 use serde_json::json;
 
-use super::report::{BenchDir, BenchFile, BenchTree, LatencyRecorder};
+use super::report::{BenchDir, BenchFile, BenchTree, LatencyRecorder, RandomPool};
 use crate::util::{ensure_dir, format_size, format_size_approx, Size};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -349,34 +349,40 @@ fn rusage() -> (u64, f64) {
     (cs, us(u.ru_utime) + us(u.ru_stime))
 }
 
-/// Values for the run, filled before timing.
-struct ValuePool {
-    buf: Vec<u8>,
+/// Values for the run, filled before timing: the benches' random pool, or
+/// compressible text.
+enum ValuePool {
+    Random(RandomPool),
+    Text(Vec<u8>),
 }
+
+/// Room for different value starts beyond one value.
+const VALUE_SLACK_BYTES: usize = 1 << 20;
 
 impl ValuePool {
     fn new(size: usize, values: Values) -> ValuePool {
-        let len = size + (1 << 20);
-        let buf = match values {
-            Values::Random => {
-                let mut b = vec![0u8; len];
-                rand::rng().fill_bytes(&mut b);
-                b
-            }
-            Values::Text => b"user:000123 {\"name\": \"a journal record\", \"count\": 42} "
-                .iter()
-                .copied()
-                .cycle()
-                .take(len)
-                .collect(),
-        };
-        ValuePool { buf }
+        match values {
+            Values::Random => ValuePool::Random(RandomPool::new(size, VALUE_SLACK_BYTES)),
+            Values::Text => ValuePool::Text(
+                b"user:000123 {\"name\": \"a journal record\", \"count\": 42} "
+                    .iter()
+                    .copied()
+                    .cycle()
+                    .take(size + VALUE_SLACK_BYTES)
+                    .collect(),
+            ),
+        }
     }
 
     fn value(&self, i: u64, size: usize) -> &[u8] {
-        let slots = (self.buf.len() - size) as u64 / 64 + 1;
-        let start = (i.wrapping_mul(0x9e37_79b9) % slots) as usize * 64;
-        &self.buf[start..start + size]
+        match self {
+            ValuePool::Random(pool) => pool.payload(i, size),
+            ValuePool::Text(buf) => {
+                let slots = (buf.len() - size) as u64 / 64 + 1;
+                let start = (i.wrapping_mul(0x9e37_79b9) % slots) as usize * 64;
+                &buf[start..start + size]
+            }
+        }
     }
 }
 
