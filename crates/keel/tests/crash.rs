@@ -26,6 +26,9 @@ const CI_SEEDS: u64 = 3200;
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 enum Phase {
     Append,
+    /// An append crash in a round where writes overlapped (several in
+    /// flight at once).
+    AppendOverlapped,
     Rollover,
     Recycle,
     Recovery,
@@ -61,6 +64,7 @@ fn options(seed: u64) -> JournalOptions {
             WriteMethod::OdirectDsync
         }),
         lz4_min_bytes: (seed % 4 == 1).then_some(64),
+        writes_in_flight: [1, 2, 4][(seed / 3 % 3) as usize],
         // Crashes alone must never look like corruption: the strict mode
         // refuses to open exactly when they would.
         recovery_mode: RecoveryMode::RefuseCorruption,
@@ -257,7 +261,24 @@ fn run_round(
             sim.crash(mode);
             return Ok(());
         }
-        Err(e) => return Err(format!("open failed without a crash: {e}")),
+        Err(e) => {
+            let scan = keel::journal::inspect(sim.as_ref(), dir).map(|s| {
+                let segs: Vec<_> = s
+                    .segments
+                    .iter()
+                    .map(|g| {
+                        let recs: Vec<_> = g
+                            .records
+                            .iter()
+                            .map(|r| (r.lsn, r.pos, r.salt, r.flags))
+                            .collect();
+                        (g.seq, g.in_chain, recs, g.end_pos, g.stop.clone())
+                    })
+                    .collect();
+                (segs, s.stop, s.valid_after_damage)
+            });
+            return Err(format!("open failed without a crash: {e}; scan: {scan:?}"));
+        }
     };
     sim.crash_after_ops(u64::MAX);
     verify(&j, m)?;
@@ -316,10 +337,12 @@ fn run_round(
             append_concurrently(&j, seed, round + 200, threads, rng.random_range(1..20), m);
         }
     }
-    let phase = if sim.is_down() {
-        classify(sim, truncating)
-    } else {
-        Phase::EndOfRound
+    let phase = match sim.is_down() {
+        true => match classify(sim, truncating) {
+            Phase::Append if j.stats().overlapped_writes > 0 => Phase::AppendOverlapped,
+            p => p,
+        },
+        false => Phase::EndOfRound,
     };
     *counts.entry(phase).or_default() += 1;
     drop(j);
@@ -329,6 +352,10 @@ fn run_round(
 
 fn run_seed(seed: u64, counts: &mut BTreeMap<Phase, u64>) -> Result<(), String> {
     let sim = SimVfs::new(seed);
+    // Durable writes linger in flight, so that with several writes in
+    // flight a later one can complete before an earlier one, and a crash
+    // can catch several at once.
+    sim.set_in_flight(0.5);
     let dir = PathBuf::from("/journal");
     sim.create_dir_all(&dir).unwrap();
     let mut rng = SmallRng::seed_from_u64(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15));
@@ -388,6 +415,7 @@ fn randomized_chained_crashes_recover_a_prefix_with_every_ack() {
         assert!(total >= 10_000, "only {total} crash points covered");
         for phase in [
             Phase::Append,
+            Phase::AppendOverlapped,
             Phase::Rollover,
             Phase::Recycle,
             Phase::Recovery,

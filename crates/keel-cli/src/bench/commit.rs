@@ -112,6 +112,9 @@ pub struct CommitArgs {
     pub engine: Engine,
     #[command(flatten)]
     pub journal: JournalFlags,
+    /// Batch writes the journal may have in flight at once (1 to 4).
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=4))]
+    pub writes_in_flight: u32,
     /// Segments to prepare before timing, in bytes of records (default:
     /// what a --count run needs; for a --duration run, an estimate from
     /// the threads and record size, at most 640M).
@@ -154,6 +157,7 @@ pub struct Spec {
     pub lz4: Option<usize>,
     pub values: Values,
     pub preallocate: Option<u64>,
+    pub writes_in_flight: usize,
 }
 
 impl Spec {
@@ -190,6 +194,7 @@ impl Spec {
             lz4: a.journal.lz4.map(|s| s.bytes() as usize),
             values: a.journal.values,
             preallocate: a.preallocate.map(Size::bytes),
+            writes_in_flight: a.writes_in_flight as usize,
         };
         spec.validate()?;
         Ok(spec)
@@ -486,16 +491,22 @@ pub fn run_one(spec: &Spec, dir: &Path) -> anyhow::Result<Outcome> {
     let vfs = RealVfs::shared();
     let pool = ValuePool::new(spec.size, spec.values);
     let record_bytes = spec.record_bytes();
+    // With several writes in flight every batch starts on a fresh block:
+    // count a block per record, the most it can take.
+    let per_record_bytes = match spec.writes_in_flight {
+        1 => record_bytes as u64 + 32,
+        _ => (record_bytes as u64 + 32).next_multiple_of(4096),
+    };
     let expected_bytes = match spec.preallocate {
         Some(b) => b,
-        None if spec.count > 0 => spec.count * (record_bytes as u64 + 32),
+        None if spec.count > 0 => spec.count * per_record_bytes,
         // A duration run: what the fastest rate seen on our machines (per
         // thread ~15,000 commits/s, in all ~400,000) would write, with
         // half again as margin, between 1M and 640M. Zero-filling more
         // than the run needs right before it only adds noise.
         None => {
             let rate = (spec.threads as f64 * 15_000.0).min(400_000.0);
-            let bytes = spec.duration * rate * (record_bytes + 32) as f64 * 1.5;
+            let bytes = spec.duration * rate * per_record_bytes as f64 * 1.5;
             (bytes as u64).clamp(1 << 20, 640 << 20)
         }
     };
@@ -513,6 +524,7 @@ pub fn run_one(spec: &Spec, dir: &Path) -> anyhow::Result<Outcome> {
                 segment_size_bytes: spec.segment_size,
                 method: spec.method,
                 lz4_min_bytes: spec.lz4,
+                writes_in_flight: spec.writes_in_flight,
                 ..JournalOptions::default()
             };
             let t0 = Instant::now();
@@ -540,6 +552,7 @@ pub fn run_one(spec: &Spec, dir: &Path) -> anyhow::Result<Outcome> {
                 "block_bytes": c.0.options().block_size_bytes,
                 "max_write_bytes": c.0.options().max_write_bytes,
                 "lz4_min_bytes": spec.lz4,
+                "writes_in_flight": spec.writes_in_flight,
                 "values": if spec.values == Values::Random { "random" } else { "text" },
                 "before_timing": format!(
                     "opened a fresh journal and prepared {} segment(s) of {} (zero-filled, header \
@@ -555,6 +568,7 @@ pub fn run_one(spec: &Spec, dir: &Path) -> anyhow::Result<Outcome> {
                 "records_per_write": round(out.commits as f64 / writes.max(1) as f64, 2),
                 "bytes_written": st.bytes_written - segments_before.bytes_written,
                 "rollovers": st.rollovers - segments_before.rollovers,
+                "overlapped_writes": st.overlapped_writes - segments_before.overlapped_writes,
                 "segments_prepared_during_run": created,
                 "durable": "each commit returns after the journal's durable write (or write + sync) of its batch",
             });

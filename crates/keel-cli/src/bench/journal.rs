@@ -50,6 +50,10 @@ pub struct JournalArgs {
     pub dir: Option<PathBuf>,
     #[command(flatten)]
     pub journal: JournalFlags,
+    /// Batch writes in flight, comma-separated: each value is a journal
+    /// configuration of its own, interleaved with the others (1 to 4).
+    #[arg(long, value_delimiter = ',', default_value = "1")]
+    pub writes_in_flight: Vec<usize>,
     /// A short run (1 round, 0.3 s, 256 w1 commits, T = 1 and 16, R = 128).
     #[arg(long)]
     pub quick: bool,
@@ -72,6 +76,8 @@ struct Config {
     workload: Workload,
     threads: usize,
     size: usize,
+    /// Writes in flight (journal only; 1 for the raw floor).
+    in_flight: usize,
 }
 
 struct Run {
@@ -92,6 +98,9 @@ pub fn run(mut a: JournalArgs) -> anyhow::Result<ExitCode> {
     if a.threads.iter().any(|&t| t == 0 || t > 4096) {
         anyhow::bail!("--threads: each count must be between 1 and 4096");
     }
+    if a.writes_in_flight.is_empty() || a.writes_in_flight.iter().any(|&w| !(1..=4).contains(&w)) {
+        anyhow::bail!("--writes-in-flight: each value must be between 1 and 4");
+    }
     let dir = a.dir.clone();
     with_dir(dir.as_deref(), "keel-bench-journal", |d| run_in(&a, d))
 }
@@ -111,6 +120,7 @@ fn spec(a: &JournalArgs, c: Config, engine: Engine) -> Spec {
         lz4: a.journal.lz4.map(|s| s.bytes() as usize),
         values: a.journal.values,
         preallocate: None,
+        writes_in_flight: c.in_flight,
     }
 }
 
@@ -122,11 +132,14 @@ fn run_in(a: &JournalArgs, dir: &Path) -> anyhow::Result<ExitCode> {
         workload: Workload::W1,
         threads: 1,
         size: 16384,
+        in_flight: 1,
     };
     if a.vs_raw {
         round_list.push((w1, Engine::Raw));
     }
-    round_list.push((w1, Engine::Journal));
+    for &in_flight in &a.writes_in_flight {
+        round_list.push((Config { in_flight, ..w1 }, Engine::Journal));
+    }
     for size in &a.sizes {
         let size = size.bytes() as usize;
         if a.vs_raw && a.raw_threads == RawThreads::One {
@@ -134,6 +147,7 @@ fn run_in(a: &JournalArgs, dir: &Path) -> anyhow::Result<ExitCode> {
                 workload: Workload::W2,
                 threads: 1,
                 size,
+                in_flight: 1,
             };
             round_list.push((raw, Engine::Raw));
         }
@@ -142,11 +156,14 @@ fn run_in(a: &JournalArgs, dir: &Path) -> anyhow::Result<ExitCode> {
                 workload: Workload::W2,
                 threads,
                 size,
+                in_flight: 1,
             };
             if a.vs_raw && a.raw_threads == RawThreads::Each {
                 round_list.push((c, Engine::Raw));
             }
-            round_list.push((c, Engine::Journal));
+            for &in_flight in &a.writes_in_flight {
+                round_list.push((Config { in_flight, ..c }, Engine::Journal));
+            }
         }
     }
     let total = round_list.len() as u64 * u64::from(a.rounds);
@@ -164,7 +181,7 @@ fn run_in(a: &JournalArgs, dir: &Path) -> anyhow::Result<ExitCode> {
         for (config, engine) in list {
             let s = spec(a, config, engine);
             let label = format!(
-                "round {} {:>7} {} T={:<3} R={:<6}",
+                "round {} {:>7} {} T={:<3} R={:<6} W={}",
                 round + 1,
                 if engine == Engine::Raw {
                     "raw"
@@ -173,7 +190,8 @@ fn run_in(a: &JournalArgs, dir: &Path) -> anyhow::Result<ExitCode> {
                 },
                 config.workload.name(),
                 config.threads,
-                config.size
+                config.size,
+                config.in_flight
             );
             bar.set_message(label.clone());
             let outcome = run_one(&s, dir)?;
@@ -203,6 +221,7 @@ fn run_in(a: &JournalArgs, dir: &Path) -> anyhow::Result<ExitCode> {
                 "workload": r.config.workload.name(),
                 "threads": r.config.threads,
                 "size": r.config.size,
+                "writes_in_flight": r.config.in_flight,
                 "engine": if r.engine == Engine::Raw { "raw" } else { "journal" },
                 "round": r.round + 1,
                 "result": r.outcome.to_json(&spec(a, r.config, r.engine)),
@@ -258,6 +277,7 @@ fn summarize(a: &JournalArgs, runs: &[Run]) -> Vec<serde_json::Value> {
                 "workload": c.workload.name(),
                 "threads": c.threads,
                 "size": c.size,
+                "writes_in_flight": c.in_flight,
                 "journal_commits_per_s": journal.iter().map(|r| r.outcome.commits_per_s().round()).collect::<Vec<_>>(),
                 "journal_median": j_median.round(),
                 "raw_commits_per_s": raw.iter().map(|x| x.round()).collect::<Vec<_>>(),
@@ -285,6 +305,7 @@ fn render(
         ("workload", Align::Left),
         ("T", Align::Right),
         ("R", Align::Right),
+        ("W", Align::Right),
         ("raw commits/s", Align::Right),
         ("journal commits/s", Align::Right),
         ("journal/raw", Align::Right),
@@ -300,6 +321,7 @@ fn render(
             r["workload"].as_str().unwrap_or("").into(),
             r["threads"].to_string(),
             r["size"].to_string(),
+            r["writes_in_flight"].to_string(),
             f(&r["raw_median"], 0),
             f(&r["journal_median"], 0),
             f(&r["ratio"], 3),
@@ -324,7 +346,8 @@ fn render(
         "Medians of {} interleaved round(s); w1 = {} serial commits of 16 KiB, w2 = {} s per run. \
          Raw floor: {raw_who}, one O_DIRECT|O_DSYNC pwrite of the value (rounded up to the \
          block) per commit into a zero-filled file. Ratio = journal median / raw median (w2: \
-         {w2_floor}). cs = context switches of the whole process.\n\n",
+         {w2_floor}). W = journal writes in flight at most. cs = context switches of the \
+         whole process.\n\n",
         a.rounds, a.count, a.duration
     );
     out += &t.render();

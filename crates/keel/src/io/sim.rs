@@ -90,6 +90,9 @@ pub struct SimStats {
     pub removes: u64,
     pub creates: u64,
     pub crashes: u64,
+    /// Durable writes that spent a while in flight (see
+    /// [`SimVfs::set_in_flight`]).
+    pub in_flight: u64,
     pub lies: u64,
     pub misdirects: u64,
 }
@@ -172,6 +175,7 @@ struct State {
     fail_rules: Vec<FailRule>,
     lie_probability: f64,
     misdirect_probability: f64,
+    in_flight_probability: f64,
     block_size: usize,
     stats: SimStats,
     /// The operation the crash point stopped, for tests that classify crash
@@ -204,6 +208,7 @@ impl SimVfs {
             fail_rules: Vec::new(),
             lie_probability: 0.0,
             misdirect_probability: 0.0,
+            in_flight_probability: 0.0,
             block_size: SECTOR_BYTES,
             stats: SimStats::default(),
             crash_op: None,
@@ -244,6 +249,18 @@ impl SimVfs {
     /// its own.
     pub fn set_misdirect(&self, probability: f64) {
         self.lock_state().misdirect_probability = probability;
+    }
+
+    /// Keep durable writes in flight for a while: each durable write is,
+    /// with this probability, first applied to the live image only, then
+    /// the writing thread sleeps a few microseconds with the layer
+    /// unlocked, and only then is the write made durable. Other threads'
+    /// writes can complete meanwhile, and a crash point reached meanwhile
+    /// leaves it pending (kept, dropped or torn by a power cut): the
+    /// out-of-order completions of a real device with several writes in
+    /// flight. Not combined with misdirected writes.
+    pub fn set_in_flight(&self, probability: f64) {
+        self.lock_state().in_flight_probability = probability;
     }
 
     /// Make the `nth` (0-based) future operation of `kind` fail with `errno`
@@ -787,12 +804,20 @@ impl SimFile {
             }
             return Err(e);
         }
-        st.write(
-            self.ino,
-            offset,
-            buf,
-            durable || self.mode.writes_are_durable(),
-        );
+        let durable = durable || self.mode.writes_are_durable();
+        let p = st.in_flight_probability;
+        if durable && p > 0.0 && st.misdirect_probability == 0.0 && st.rng.random_bool(p) {
+            st.stats.in_flight += 1;
+            let wait = std::time::Duration::from_micros(st.rng.random_range(0..40));
+            st.write(self.ino, offset, buf, false);
+            drop(st);
+            std::thread::sleep(wait);
+            // Crashed meanwhile: the write stays pending.
+            let mut st = self.state()?;
+            st.flush_overlapping(self.ino, offset, buf.len() as u64);
+            return Ok(());
+        }
+        st.write(self.ino, offset, buf, durable);
         Ok(())
     }
 }

@@ -15,6 +15,7 @@
 //! (group commit), `open` (recovery).
 
 mod format;
+mod leader;
 mod open;
 mod scan;
 mod segments;
@@ -44,6 +45,10 @@ pub const DEFAULT_SEGMENT_SIZE_BYTES: u64 = 64 << 20;
 /// (durable throughput flattens past ~1 MiB), while it delays every
 /// committer queued behind it.
 pub const DEFAULT_MAX_WRITE_BYTES: usize = 1 << 20;
+
+/// The most writes [`JournalOptions::writes_in_flight`] allows. Recovery
+/// tolerates damage this many largest writes past the end of the chain.
+pub const MAX_WRITES_IN_FLIGHT: usize = 4;
 
 /// `truncate_after` zeroes the discarded tail in writes of this size, from
 /// the end backwards; a crash can tear the one in flight.
@@ -88,6 +93,15 @@ pub struct JournalOptions {
     /// Compress payloads of at least this many bytes with LZ4 (kept only
     /// when smaller). `None`, the default: never. Readers always decode.
     pub lz4_min_bytes: Option<usize>,
+    /// How many batch writes may be in flight at once (1 to
+    /// [`MAX_WRITES_IN_FLIGHT`]). The guarantee is the same for every value:
+    /// a commit is acknowledged only once its write and every earlier one
+    /// are durable, and a failed write fails its batch and every later one.
+    /// With more than 1, every batch starts on a fresh block (two writes in
+    /// flight never share a block; the rest of the previous block stays
+    /// zero padding), and a second write starts only while those in flight
+    /// carry few records. Default 1: measured in `docs/journal.md`.
+    pub writes_in_flight: usize,
 }
 
 impl Default for JournalOptions {
@@ -100,6 +114,7 @@ impl Default for JournalOptions {
             recovery_mode: RecoveryMode::default(),
             spare_segments: 1,
             lz4_min_bytes: None,
+            writes_in_flight: 1,
         }
     }
 }
@@ -127,6 +142,12 @@ impl JournalOptions {
             return bad(format!(
                 "segment size {} must be a multiple of the block size {} and at least 4 blocks",
                 self.segment_size_bytes, self.block_size_bytes
+            ));
+        }
+        if !(1..=MAX_WRITES_IN_FLIGHT).contains(&self.writes_in_flight) {
+            return bad(format!(
+                "writes in flight must be 1 to {MAX_WRITES_IN_FLIGHT}, not {}",
+                self.writes_in_flight
             ));
         }
         if self.max_write_bytes < self.block_size_bytes {
@@ -340,6 +361,8 @@ pub struct JournalStats {
     pub segments_recycled: u64,
     /// Spare segments made as new zero-filled files.
     pub segments_created: u64,
+    /// Writes that started while another write was in flight.
+    pub overlapped_writes: u64,
 }
 
 impl Drop for Journal {
@@ -357,12 +380,19 @@ impl Drop for Journal {
 /// Scan a journal directory without opening it for writing (no lock, no
 /// recovery actions): what `keel journal dump` and `check` show.
 pub fn inspect(vfs: &dyn Vfs, dir: &Path) -> Result<Scan, JournalError> {
-    let tolerated = DEFAULT_MAX_WRITE_BYTES.max(TRUNCATE_CHUNK_BYTES) as u64;
+    let tolerated = tolerated_damage_bytes(DEFAULT_MAX_WRITE_BYTES);
     let scan = scan::scan(vfs, dir, tolerated)?;
     if scan.segments.is_empty() {
         return Err(JournalError::NotAJournal(dir.to_path_buf()));
     }
     Ok(scan)
+}
+
+/// How far past the end of the chain a crash can leave written bytes: the
+/// writes that can be in flight at once, or one chunk of zeros written by
+/// `truncate_after`.
+pub(crate) fn tolerated_damage_bytes(max_write_bytes: usize) -> u64 {
+    (max_write_bytes.max(TRUNCATE_CHUNK_BYTES) * MAX_WRITES_IN_FLIGHT) as u64
 }
 
 /// Read one record's payload as stored in a segment file (for `journal
@@ -462,7 +492,7 @@ pub mod fuzzing {
 
     /// Walk arbitrary bytes as segment `seq` with `block_size` bytes of
     /// header block, and check every accepted record: inside the bytes,
-    /// back to back, its checksum verifies, its LSNs consecutive, its
+    /// back to back (or after zero padding to a block boundary), its checksum verifies, its LSNs consecutive, its
     /// segment `seq`. Then search past the end as recovery does.
     pub fn check_walk_segment(bytes: &[u8], seq: u64, block_size: usize) {
         let mut cursor = ChainCursor {
@@ -473,7 +503,14 @@ pub mod fuzzing {
         let mut pos = block_size as u64;
         let mut prev: Option<u64> = None;
         for r in &records {
-            assert_eq!(r.pos, pos, "records back to back");
+            if r.pos != pos {
+                // Only zero padding to the next block boundary may separate
+                // two records.
+                let next = pos.next_multiple_of(block_size as u64);
+                assert_eq!(r.pos, next, "records back to back or after padding");
+                assert!(bytes[pos as usize..next as usize].iter().all(|&b| b == 0));
+                pos = next;
+            }
             let (h, payload) = RecordHeader::decode(&bytes[r.pos as usize..])
                 .expect("an accepted record decodes, checksum included");
             assert_eq!((h.lsn, h.len, h.seq), (r.lsn, r.len, seq));

@@ -35,9 +35,10 @@ pub(super) fn open(
             vfs.block_size(dir)?
         )));
     }
-    // A crash can leave at most one write torn (one in flight at a time):
-    // a batch, or a chunk of zeros written by `truncate_after`.
-    let tolerated = options.max_write_bytes.max(super::TRUNCATE_CHUNK_BYTES) as u64;
+    // A crash can leave the writes in flight torn: batches, or a chunk of
+    // zeros written by `truncate_after`. The bound is that of the most
+    // writes in flight any opener may have used.
+    let tolerated = super::tolerated_damage_bytes(options.max_write_bytes);
     let found = scan::scan(vfs.as_ref(), dir, tolerated)?;
     adopt_existing_geometry(&found.segments, &mut options)?;
     if options.recovery_mode == RecoveryMode::RefuseCorruption {

@@ -170,14 +170,19 @@ pub fn walk_segment(
         if pos + RECORD_HEADER_BYTES > bytes.len() {
             return (records, pos as u64, StopReason::SegmentEnd);
         }
+        // Zero padding may be shorter than a record header.
+        if bytes[pos] == 0 {
+            if let Some(next) = after_padding(bytes, pos, seq, block_size, cursor) {
+                pos = next;
+                continue;
+            }
+        }
         let (h, _) = match RecordHeader::decode(&bytes[pos..]) {
             Ok(r) => r,
             Err(RecordError::Zeros) => return (records, pos as u64, StopReason::CleanEnd),
             Err(e) => return (records, pos as u64, StopReason::Damaged(e)),
         };
-        let lsn_ok = cursor.expected_lsn.is_none_or(|e| h.lsn == e);
-        let salt_ok = h.flags & FLAG_EPOCH_START != 0 || cursor.salt.is_none_or(|s| s == h.salt);
-        if h.seq != seq || !lsn_ok || !salt_ok || h.lsn == 0 {
+        if !accepted(&h, seq, cursor) {
             let stale = StopReason::Stale {
                 lsn: h.lsn,
                 seq: h.seq,
@@ -196,6 +201,42 @@ pub fn walk_segment(
         cursor.salt = Some(h.salt);
         pos += RECORD_HEADER_BYTES + h.len as usize;
     }
+}
+
+/// Whether a decoded record continues the chain (rule 2 of the recovery
+/// rules): this segment's, the expected LSN, and the chain's salt unless it
+/// starts an epoch.
+fn accepted(h: &RecordHeader, seq: u64, cursor: &ChainCursor) -> bool {
+    let lsn_ok = cursor.expected_lsn.is_none_or(|e| h.lsn == e);
+    let salt_ok = h.flags & FLAG_EPOCH_START != 0 || cursor.salt.is_none_or(|s| s == h.salt);
+    h.seq == seq && lsn_ok && salt_ok && h.lsn != 0
+}
+
+/// Zeros at `pos`, inside a block: padding, if the rest of the block is
+/// zeros and the record at the next block boundary continues the chain
+/// (a batch written while another was in flight starts on a fresh block;
+/// see `docs/format.md`, "Padding"). Returns that boundary.
+///
+/// Only the record with exactly the expected LSN is taken, so padding can
+/// never hide a lost record: a record is written once per epoch, at one
+/// place, and if that place were `pos` its header would not be zeros.
+fn after_padding(
+    bytes: &[u8],
+    pos: usize,
+    seq: u64,
+    block_size: usize,
+    cursor: &ChainCursor,
+) -> Option<usize> {
+    cursor.expected_lsn?;
+    if pos % block_size == 0 {
+        return None;
+    }
+    let next = pos.next_multiple_of(block_size);
+    if next + RECORD_HEADER_BYTES > bytes.len() || bytes[pos..next].iter().any(|&b| b != 0) {
+        return None;
+    }
+    let (h, _) = RecordHeader::decode(&bytes[next..]).ok()?;
+    accepted(&h, seq, cursor).then_some(next)
 }
 
 /// Look for a valid record of epoch `salt` (any epoch if `None`: a chain

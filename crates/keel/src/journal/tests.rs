@@ -322,3 +322,73 @@ fn preallocate_prepares_the_segments_a_run_needs() {
     let j = Journal::open(vfs.clone(), &dir, small_options()).unwrap();
     assert_eq!(all(&j).len(), n);
 }
+
+/// Several writes in flight, one of which fails: that batch and every later
+/// one fail, no record after it is acknowledged, earlier ones still are, and
+/// reopening recovers every acknowledged record.
+#[test]
+fn a_failed_write_in_flight_fails_it_and_everything_after() {
+    let (mut overlapped, mut failures, mut acked_total) = (0, 0, 0);
+    for seed in 0..40u64 {
+        let vfs = SimVfs::new(seed);
+        vfs.set_in_flight(1.0);
+        let dir = PathBuf::from("/j");
+        vfs.create_dir_all(&dir).unwrap();
+        let opts = JournalOptions {
+            segment_size_bytes: 1 << 20,
+            writes_in_flight: 2 + (seed % 3) as usize,
+            ..small_options()
+        };
+        let j = Arc::new(Journal::open(vfs.clone(), &dir, opts.clone()).unwrap());
+        vfs.fail_after(OpKind::Write, 5 + seed % 40, libc::EIO);
+        let threads: Vec<_> = (0..6u64)
+            .map(|t| {
+                let j = Arc::clone(&j);
+                std::thread::spawn(move || {
+                    let (mut acked, mut failed) = (Vec::new(), Vec::new());
+                    for i in 0..30u64 {
+                        let p = payload(t * 1000 + i, 40 + (i as usize * 97) % 3000);
+                        let Ok(h) = j.submit(&p) else { break };
+                        let lsn = h.lsn();
+                        match h.wait() {
+                            Ok(l) => acked.push((l, p)),
+                            Err(JournalError::Poisoned(_)) => failed.push(lsn),
+                            Err(e) => panic!("unexpected error {e}"),
+                        }
+                    }
+                    (acked, failed)
+                })
+            })
+            .collect();
+        let (mut acked, mut failed) = (Vec::new(), Vec::new());
+        for t in threads {
+            let (a, f) = t.join().unwrap();
+            acked.extend(a);
+            failed.extend(f);
+        }
+        overlapped += j.stats().overlapped_writes;
+        assert!(
+            j.poisoned().is_some(),
+            "seed {seed}: the failure was not seen"
+        );
+        if let (Some(first_failed), Some(last_acked)) =
+            (failed.iter().min(), acked.iter().map(|a| a.0).max())
+        {
+            assert!(
+                last_acked < *first_failed,
+                "seed {seed}: lsn {last_acked} acknowledged after lsn {first_failed} failed"
+            );
+        }
+        failures += failed.len();
+        acked_total += acked.len();
+        drop(j);
+        vfs.crash(CrashMode::PowerLoss);
+        let j = Journal::open(vfs, &dir, opts).unwrap();
+        let got: std::collections::BTreeMap<Lsn, Vec<u8>> = all(&j).into_iter().collect();
+        for (lsn, p) in &acked {
+            assert_eq!(got.get(lsn), Some(p), "seed {seed}: acknowledged lsn {lsn}");
+        }
+    }
+    assert!(overlapped > 0, "no write overlapped another");
+    assert!(failures > 0 && acked_total > 0);
+}

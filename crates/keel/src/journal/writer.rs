@@ -35,7 +35,7 @@
 use std::cell::UnsafeCell;
 use std::collections::VecDeque;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 
 use crossbeam_epoch::{self as epoch, Atomic, Owned, Shared as EpochPtr};
@@ -44,6 +44,7 @@ use rustix::thread::futex;
 use super::format::{
     lz4_decode, lz4_encode, RecordHeader, FLAG_EPOCH_START, FLAG_LZ4, RECORD_HEADER_BYTES,
 };
+use super::leader::{poison_result, wait_batch, Flight};
 use super::scan::{self, ChainCursor};
 use super::segments::{ReadySegment, SegmentSpec};
 use super::{JournalError, JournalOptions, JournalStats, Lsn};
@@ -51,10 +52,10 @@ use crate::io::{AlignedBuf, IoError, LockGuard, Vfs, VfsFile};
 
 /// Batches map onto this many futex words; waiters of batches that share a
 /// slot wake each other only when more than this many batches are pending.
-const SLOTS: usize = 64;
+pub(super) const SLOTS: usize = 64;
 /// Buffers kept for reuse (allocating a zeroed megabyte per batch would
 /// cost more than the write).
-const POOL_BUFFERS: usize = 8;
+pub(super) const POOL_BUFFERS: usize = 8;
 
 /// Reservation word layout: sealed bit, record count, end offset.
 const SEALED: u64 = 1 << 63;
@@ -76,14 +77,14 @@ fn word_end(w: u64) -> usize {
 /// line each: waiters of neighbouring batches do not share lines.
 #[derive(Default)]
 #[repr(align(64))]
-struct Slot {
-    word: AtomicU32,
+pub(super) struct Slot {
+    pub(super) word: AtomicU32,
     sleepers: AtomicU32,
 }
 
 impl Slot {
     /// Sleep until the word changes from `seen` (or a spurious wake-up).
-    fn sleep(&self, seen: u32) {
+    pub(super) fn sleep(&self, seen: u32) {
         self.sleepers.fetch_add(1, Ordering::SeqCst);
         // EAGAIN (the word changed) and EINTR both mean "look again".
         let _ = futex::wait(&self.word, futex::Flags::PRIVATE, seen, None);
@@ -91,7 +92,7 @@ impl Slot {
     }
 
     /// Change the word and wake every sleeper.
-    fn wake_all(&self) {
+    pub(super) fn wake_all(&self) {
         self.word.fetch_add(1, Ordering::SeqCst);
         if self.sleepers.load(Ordering::SeqCst) > 0 {
             let _ = futex::wake(&self.word, futex::Flags::PRIVATE, i32::MAX as u32);
@@ -99,7 +100,7 @@ impl Slot {
     }
 
     /// Change the word and wake one sleeper; whether one was woken.
-    fn wake_one(&self) -> bool {
+    pub(super) fn wake_one(&self) -> bool {
         self.word.fetch_add(1, Ordering::SeqCst);
         self.sleepers.load(Ordering::SeqCst) > 0
             && futex::wake(&self.word, futex::Flags::PRIVATE, 1).unwrap_or(0) > 0
@@ -116,18 +117,18 @@ pub(super) struct SegMeta {
 }
 
 /// The open batch: committers reserve ranges of `buf` concurrently.
-struct Slab {
-    id: u64,
+pub(super) struct Slab {
+    pub(super) id: u64,
     first_lsn: Lsn,
-    seq: u64,
+    pub(super) seq: u64,
     salt: u32,
     /// The record at index 0 carries `FLAG_EPOCH_START`.
     epoch_start: bool,
     /// Where `buf[0]` goes in the segment file (block-aligned).
-    offset: u64,
+    pub(super) offset: u64,
     /// Reservations must end at or before this many bytes of `buf`.
     capacity: usize,
-    file: Arc<dyn VfsFile>,
+    pub(super) file: Arc<dyn VfsFile>,
     /// Taken back for reuse once the batch is written (see `take_buffer`).
     buf: UnsafeCell<Option<AlignedBuf>>,
     /// Raw start of `buf`, for the disjoint concurrent copies.
@@ -154,7 +155,7 @@ impl Slab {
     /// Seal the batch and wait until every reservation made before the seal
     /// has settled. Returns the record count and the end offset of the
     /// records that fit. Callers hold the journal mutex.
-    fn seal(&self) -> (u64, usize) {
+    pub(super) fn seal(&self) -> (u64, usize) {
         let word = self.reserve.fetch_or(SEALED, Ordering::AcqRel);
         debug_assert_eq!(word & SEALED, 0, "a batch is sealed once");
         let n = word_count(word);
@@ -181,7 +182,7 @@ impl Slab {
     /// made before the seal has settled, and no other reference to the
     /// buffer is live.
     #[allow(clippy::mut_from_ref)] // exclusive by the protocol above
-    unsafe fn bytes_mut(&self) -> &mut AlignedBuf {
+    pub(super) unsafe fn bytes_mut(&self) -> &mut AlignedBuf {
         // SAFETY: exclusive access is the caller's obligation (see above).
         unsafe {
             (*self.buf.get())
@@ -197,7 +198,7 @@ impl Slab {
     ///
     /// # Safety
     /// As for [`Slab::bytes_mut`], and the batch has been written.
-    unsafe fn take_buffer(&self) -> Option<AlignedBuf> {
+    pub(super) unsafe fn take_buffer(&self) -> Option<AlignedBuf> {
         // SAFETY: exclusive access is the caller's obligation (see above).
         unsafe { (*self.buf.get()).take() }
     }
@@ -213,7 +214,7 @@ impl Slab {
 /// of a lone committer's CPU time (installing a batch per commit): ~7 µs
 /// per commit, measured. An epoch pin is a thread-local counter, and
 /// reclamation walks only the threads alive.
-struct OpenBatch(Atomic<Arc<Slab>>);
+pub(super) struct OpenBatch(Atomic<Arc<Slab>>);
 
 impl OpenBatch {
     fn empty() -> OpenBatch {
@@ -221,7 +222,7 @@ impl OpenBatch {
     }
 
     /// A counted reference to the open batch, if any.
-    fn load_full(&self) -> Option<Arc<Slab>> {
+    pub(super) fn load_full(&self) -> Option<Arc<Slab>> {
         let guard = epoch::pin();
         let p = self.0.load(Ordering::Acquire, &guard);
         // SAFETY: `p` was loaded under `guard`; what it points to is
@@ -231,7 +232,7 @@ impl OpenBatch {
     }
 
     /// Replace the open batch (callers hold the journal mutex).
-    fn store(&self, slab: Option<Arc<Slab>>) {
+    pub(super) fn store(&self, slab: Option<Arc<Slab>>) {
         let guard = epoch::pin();
         let new = match slab {
             Some(s) => Owned::new(s).into_shared(&guard),
@@ -259,12 +260,12 @@ impl Drop for OpenBatch {
 }
 
 /// A sealed batch waiting to be written.
-struct Sealed {
-    slab: Arc<Slab>,
+pub(super) struct Sealed {
+    pub(super) slab: Arc<Slab>,
     /// Bytes used in the buffer, counting the rewritten prefix.
-    len: usize,
-    records: u64,
-    last_lsn: Lsn,
+    pub(super) len: usize,
+    pub(super) records: u64,
+    pub(super) last_lsn: Lsn,
 }
 
 pub(super) struct State {
@@ -280,22 +281,27 @@ pub(super) struct State {
     /// Bytes of the partly filled block at `pos`, rewritten by the next
     /// batch.
     pub tail: Vec<u8>,
-    queue: VecDeque<Sealed>,
+    /// The bytes from `pos` to the next block boundary are the zero padding
+    /// of a batch retired since the last open, truncation or rollover.
+    padded_to_block: bool,
+    pub(super) queue: VecDeque<Sealed>,
+    /// Batches whose writes have started and not completed, in order.
+    pub(super) flights: VecDeque<Flight>,
     next_batch_id: u64,
-    pool: Vec<AlignedBuf>,
+    pub(super) pool: Vec<AlignedBuf>,
     pub segments: Vec<SegMeta>,
     pub spares: VecDeque<ReadySegment>,
     /// Old segment files waiting to be recycled into spares.
     pub free: VecDeque<PathBuf>,
     pub released: Lsn,
-    poisoned: Option<Arc<IoError>>,
-    callbacks: Vec<(u64, Lsn, Callback)>,
+    pub(super) poisoned: Option<Arc<IoError>>,
+    pub(super) callbacks: Vec<(u64, Lsn, Callback)>,
     flusher_kick: bool,
     shutdown: bool,
     /// A spare is being prepared (by the preparer or `preallocate`): one at
     /// a time, so two never pick the same sequence number.
     preparing: bool,
-    stats: JournalStats,
+    pub(super) stats: JournalStats,
 }
 
 type Callback = Box<dyn FnOnce(Result<Lsn, JournalError>) + Send>;
@@ -306,18 +312,27 @@ pub(super) struct Shared {
     pub options: JournalOptions,
     state: Mutex<State>,
     /// The open batch; `None` while a rollover waits for a spare segment.
-    open: OpenBatch,
+    pub(super) open: OpenBatch,
     /// Wakes the preparer (spare needed, segment freed, shutdown) and
     /// committers waiting for a spare.
     spare_cv: Condvar,
-    flusher_cv: Condvar,
-    durable_lsn: AtomicU64,
-    completed_batch: AtomicU64,
+    pub(super) flusher_cv: Condvar,
+    pub(super) durable_lsn: AtomicU64,
+    /// The last batch that is durable with every batch before it.
+    pub(super) completed_batch: AtomicU64,
+    /// The last batch whose write has started (writes start in order).
+    pub(super) started_batch: AtomicU64,
+    /// The first batch that failed (or was pending when the journal was
+    /// poisoned); `u64::MAX` while none did. Batches before it may still
+    /// complete.
+    pub(super) failed_batch: AtomicU64,
+    /// Records in the batches in flight.
+    pub(super) flight_records: AtomicU64,
     /// Id of the open batch (the highest that can have waiters).
-    open_id: AtomicU64,
-    /// A leader is writing.
-    writing: AtomicBool,
-    poisoned: AtomicBool,
+    pub(super) open_id: AtomicU64,
+    /// Threads holding a write permit (at most `writes_in_flight`).
+    pub(super) writers: AtomicUsize,
+    pub(super) poisoned: AtomicBool,
     slots: Vec<Slot>,
     /// Held for the journal's lifetime: one process at a time.
     _lock: Box<dyn LockGuard>,
@@ -342,8 +357,11 @@ impl Shared {
             flusher_cv: Condvar::new(),
             durable_lsn: AtomicU64::new(durable),
             completed_batch: AtomicU64::new(0),
+            started_batch: AtomicU64::new(0),
+            failed_batch: AtomicU64::new(u64::MAX),
+            flight_records: AtomicU64::new(0),
             open_id: AtomicU64::new(0),
-            writing: AtomicBool::new(false),
+            writers: AtomicUsize::new(0),
             poisoned: AtomicBool::new(false),
             slots: (0..SLOTS).map(|_| Slot::default()).collect(),
             _lock: lock,
@@ -355,7 +373,7 @@ impl Shared {
         shared
     }
 
-    fn lock(&self) -> MutexGuard<'_, State> {
+    pub(super) fn lock(&self) -> MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
@@ -392,7 +410,7 @@ impl Shared {
         self.flusher_cv.notify_all();
     }
 
-    fn slot(&self, batch: u64) -> &Slot {
+    pub(super) fn slot(&self, batch: u64) -> &Slot {
         &self.slots[(batch % SLOTS as u64) as usize]
     }
 }
@@ -413,7 +431,9 @@ impl State {
             active,
             pos,
             tail,
+            padded_to_block: false,
             queue: VecDeque::new(),
+            flights: VecDeque::new(),
             next_batch_id: 1,
             pool: Vec::new(),
             segments,
@@ -590,7 +610,7 @@ fn slow_path(shared: &Shared, seen: Option<u64>, need: usize) -> Result<(), Jour
 
 /// Queue a sealed batch (if it holds records) and move the append position
 /// past it.
-fn retire(shared: &Shared, st: &mut State, slab: &Arc<Slab>, records: u64, len: usize) {
+pub(super) fn retire(shared: &Shared, st: &mut State, slab: &Arc<Slab>, records: u64, len: usize) {
     let block = shared.spec.block_size;
     st.pos = slab.offset + len as u64;
     // SAFETY: the caller sealed the batch under the mutex and it settled;
@@ -603,6 +623,7 @@ fn retire(shared: &Shared, st: &mut State, slab: &Arc<Slab>, records: u64, len: 
     if records == 0 {
         return;
     }
+    st.padded_to_block = true;
     let last_lsn = slab.first_lsn + records - 1;
     if let Some(seg) = st.segments.last_mut().filter(|s| s.seq == slab.seq) {
         seg.first_lsn.get_or_insert(slab.first_lsn);
@@ -619,12 +640,12 @@ fn retire(shared: &Shared, st: &mut State, slab: &Arc<Slab>, records: u64, len: 
 /// Install the next open batch at the append position, rolling over to a
 /// new segment first if a record of `need` bytes would not fit in this one.
 /// The mutex is released while waiting for a spare segment.
-fn install_room<'a>(
+pub(super) fn install_room<'a>(
     shared: &'a Shared,
     mut st: MutexGuard<'a, State>,
     need: usize,
 ) -> Result<MutexGuard<'a, State>, JournalError> {
-    let rolled = st.pos + need as u64 > shared.spec.segment_size;
+    let rolled = batch_start(shared, &st) + need as u64 > shared.spec.segment_size;
     if rolled {
         st = roll_over(shared, st)?;
     }
@@ -641,6 +662,15 @@ fn install_room<'a>(
 /// checked that they fit in the segment).
 fn install_slab(shared: &Shared, st: &mut State, need: usize) {
     let block = shared.spec.block_size;
+    if shared.options.writes_in_flight > 1 {
+        // Start on a fresh block: this batch may be written while the
+        // previous one is in flight, and two writes in flight must never
+        // cover the same block (which of them lands last is unknown).
+        st.pos = batch_start(shared, st);
+        if st.pos % block as u64 == 0 {
+            st.tail.clear();
+        }
+    }
     let offset = st.pos / block as u64 * block as u64;
     let prefix = (st.pos - offset) as usize;
     debug_assert_eq!(prefix, st.tail.len());
@@ -674,6 +704,20 @@ fn install_slab(shared: &Shared, st: &mut State, need: usize) {
     shared.open.store(Some(Arc::new(slab)));
 }
 
+/// Where the next batch starts writing records, if the append position is
+/// the current one: right there (rewriting the partial block), or at the
+/// next block boundary when several writes may be in flight — but only if
+/// the rest of the block is zero padding of a batch of this life: after an
+/// open or a truncation it may hold a torn record, which recovery would
+/// stop at, so the first batch rewrites it.
+fn batch_start(shared: &Shared, st: &State) -> u64 {
+    if shared.options.writes_in_flight > 1 && st.padded_to_block {
+        st.pos.next_multiple_of(shared.spec.block_size as u64)
+    } else {
+        st.pos
+    }
+}
+
 /// Switch appends to the next prepared segment, waiting for the preparer
 /// only if it has fallen behind. The open batch has been retired.
 fn roll_over<'a>(
@@ -704,153 +748,26 @@ fn roll_over<'a>(
     st.active = next;
     st.pos = shared.spec.block_size as u64;
     st.tail.clear();
+    st.padded_to_block = false;
     st.stats.rollovers += 1;
     shared.spare_cv.notify_all();
     Ok(st)
 }
 
-/// Wait until batch `id` is durable, leading writes when no one else is.
-pub(super) fn wait_batch(shared: &Shared, id: u64) -> Result<(), JournalError> {
-    loop {
-        if shared.completed_batch.load(Ordering::Acquire) >= id {
-            return Ok(());
-        }
-        if shared.poisoned.load(Ordering::Acquire) {
-            return Err(poison_result(shared));
-        }
-        // Read the slot word before trying to lead: a leader that stops
-        // after this read changes the word, so the sleep below returns.
-        let slot = shared.slot(id);
-        let seen = slot.word.load(Ordering::SeqCst);
-        if shared.completed_batch.load(Ordering::Acquire) >= id {
-            return Ok(());
-        }
-        if !shared.writing.load(Ordering::SeqCst)
-            && shared
-                .writing
-                .compare_exchange(false, true, Ordering::SeqCst, Ordering::SeqCst)
-                .is_ok()
-        {
-            return lead(shared, id);
-        }
-        slot.sleep(seen);
-    }
-}
-
-fn poison_result(shared: &Shared) -> JournalError {
-    match shared.poison_error() {
-        Some(e) => JournalError::Poisoned(e),
-        None => JournalError::Poisoned(Arc::new(IoError::Crashed)),
-    }
-}
-
-/// The leader's loop: write batches in order until batch `id` is durable,
-/// then stop leading and wake one waiter of the next pending batch.
-fn lead(shared: &Shared, id: u64) -> Result<(), JournalError> {
-    let block = shared.spec.block_size;
-    let result = loop {
-        if shared.completed_batch.load(Ordering::Acquire) >= id {
-            break Ok(());
-        }
-        let mut st = shared.lock();
-        if let Some(e) = st.poisoned.clone() {
-            drop(st);
-            break Err(JournalError::Poisoned(e));
-        }
-        if st.queue.is_empty() {
-            // Our batch is still open: close it (no waiting for more).
-            if let Some(slab) = shared.open.load_full().filter(|s| s.id <= id) {
-                let (records, len) = slab.seal();
-                retire(shared, &mut st, &slab, records, len);
-                shared.open.store(None);
-                match install_room(shared, st, 0) {
-                    Ok(g) => st = g,
-                    Err(e) => break Err(e),
-                }
-            }
-        }
-        let Some(batch) = st.queue.pop_front() else {
-            // Nothing left: our batch was written (or failed) already.
-            drop(st);
-            break if shared.completed_batch.load(Ordering::Acquire) >= id {
-                Ok(())
-            } else {
-                Err(poison_result(shared))
-            };
-        };
-        drop(st);
-        let result = write_batch(shared, &batch);
-        let mut st = shared.lock();
-        if let Err(e) = result {
-            break Err(JournalError::Poisoned(poison_all(shared, st, Arc::new(e))));
-        }
-        st.stats.writes += 1;
-        st.stats.records += batch.records;
-        st.stats.bytes_written += batch.len.div_ceil(block) as u64 * block as u64;
-        shared.durable_lsn.store(batch.last_lsn, Ordering::Release);
-        shared
-            .completed_batch
-            .store(batch.slab.id, Ordering::Release);
-        let done = batch.slab.id;
-        shared.slot(done).wake_all();
-        // Keep the buffer for the next batches.
-        // SAFETY: this leader wrote the batch and alone holds it.
-        if let Some(buf) = unsafe { batch.slab.take_buffer() } {
-            if st.pool.len() < POOL_BUFFERS {
-                st.pool.push(buf);
-            }
-        }
-        let kick = !st.callbacks.is_empty();
-        drop(st);
-        if kick {
-            shared.flusher_cv.notify_one();
-        }
-        if done >= id {
-            break Ok(());
-        }
-    };
-    stop_leading(shared);
-    result
-}
-
-/// Give up leadership and wake one waiter of the oldest pending batch that
-/// has one; it will lead. Every pending slot's word is bumped on the way, so
-/// a waiter about to sleep there looks again instead.
-fn stop_leading(shared: &Shared) {
-    shared.writing.store(false, Ordering::SeqCst);
-    let from = shared.completed_batch.load(Ordering::SeqCst) + 1;
-    let to = shared.open_id.load(Ordering::SeqCst);
-    for b in from..=to.min(from + SLOTS as u64 - 1) {
-        if shared.slot(b).wake_one() {
-            break;
-        }
-    }
-}
-
-/// Write one batch durably: zero the padding to the block boundary, write,
-/// and sync if the method needs it.
-fn write_batch(shared: &Shared, batch: &Sealed) -> Result<(), IoError> {
-    let block = shared.spec.block_size;
-    let padded = batch.len.div_ceil(block) * block;
-    // SAFETY: the leader took this batch off the queue: it alone holds it,
-    // and it was settled when sealed.
-    let buf = unsafe { batch.slab.bytes_mut() };
-    buf[batch.len..padded].fill(0);
-    debug_assert!(
-        batch.slab.offset + padded as u64 <= shared.spec.segment_size,
-        "batch past segment end"
-    );
-    shared
-        .spec
-        .method
-        .write_durably(batch.slab.file.as_ref(), &buf[..padded], batch.slab.offset)
-}
-
 /// Poison the journal and wake every thread that waits on it: committers,
 /// committers waiting for a spare, and the callback thread. Every path that
 /// poisons goes through here.
-fn poison_all(shared: &Shared, mut st: MutexGuard<'_, State>, e: Arc<IoError>) -> Arc<IoError> {
+pub(super) fn poison_all(
+    shared: &Shared,
+    mut st: MutexGuard<'_, State>,
+    e: Arc<IoError>,
+) -> Arc<IoError> {
     let e = st.poisoned.get_or_insert(e).clone();
+    // Batches whose writes started may still complete; none after them.
+    let first_unstarted = shared.started_batch.load(Ordering::SeqCst) + 1;
+    shared
+        .failed_batch
+        .fetch_min(first_unstarted, Ordering::SeqCst);
     shared.poisoned.store(true, Ordering::SeqCst);
     st.queue.clear();
     drop(st);
@@ -1008,10 +925,11 @@ pub(super) fn truncate_after(shared: &Shared, lsn: Lsn) -> Result<(), JournalErr
         let (records, len) = slab.seal();
         retire(shared, &mut st, &slab, records, len);
         shared.open.store(None);
-        if records == 0 && st.queue.is_empty() && !shared.writing.load(Ordering::SeqCst) {
+        if records == 0 && st.queue.is_empty() && st.flights.is_empty() {
             break st;
         }
-        let target = st.queue.back().map(|b| b.slab.id);
+        let target =
+            (st.queue.back().map(|b| b.slab.id)).or_else(|| st.flights.back().map(|f| f.id()));
         let st = install_room(shared, st, 0)?;
         drop(st);
         match target {
@@ -1128,6 +1046,7 @@ fn truncate_quiet(shared: &Shared, st: &mut State, lsn: Lsn) -> Result<(), Journ
     st.active = active;
     st.pos = cut;
     st.tail = tail;
+    st.padded_to_block = false;
     st.next_lsn = lsn + 1;
     st.salt = new_salt(st.salt);
     st.epoch_start_pending = true;
