@@ -38,6 +38,12 @@ fn options(method: WriteMethod) -> JournalOptions {
         segment_size_bytes: 256 << 10,
         max_write_bytes: 64 << 10,
         method: Some(method),
+        // The child's setting (several writes in flight, every third
+        // round each of 1, 2, 4); any setting recovers any journal.
+        writes_in_flight: std::env::var("KEEL_CHILD_IN_FLIGHT")
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(1),
         ..JournalOptions::default()
     }
 }
@@ -143,7 +149,7 @@ fn child_main(dir: &Path) {
     }
 }
 
-fn child_command(dir: &Path, threads: u32, base: u64, method: &str) -> Command {
+fn child_command(dir: &Path, threads: u32, base: u64, method: &str, in_flight: usize) -> Command {
     let exe = std::env::current_exe().unwrap();
     let mut c = Command::new(exe);
     c.args(["--exact", "child_entry", "--nocapture", "--test-threads=1"])
@@ -151,6 +157,7 @@ fn child_command(dir: &Path, threads: u32, base: u64, method: &str) -> Command {
         .env("KEEL_CHILD_THREADS", threads.to_string())
         .env("KEEL_CHILD_BASE", base.to_string())
         .env("KEEL_CHILD_METHOD", method)
+        .env("KEEL_CHILD_IN_FLIGHT", in_flight.to_string())
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
@@ -258,7 +265,8 @@ fn kill_campaign(method_name: &str, method: WriteMethod, rounds: usize, seed: u6
     for round in 0..rounds {
         let threads = rng.random_range(1..=4);
         let base = (round as u64) << 32;
-        let child = child_command(&dir, threads, base, method_name)
+        let in_flight = [1, 2, 4][round % 3];
+        let child = child_command(&dir, threads, base, method_name, in_flight)
             .spawn()
             .expect("spawn child");
         // Kill anywhere from inside open/recovery to well into appending.
