@@ -113,7 +113,8 @@ fn raw_floor_speaks_the_same_protocol() {
     let v = last_json(&out);
     check_fields(&v);
     assert_eq!(v["info"]["engine"], "raw");
-    assert_eq!(v["info"]["bytes_per_commit"], 16384);
+    // The 16-byte key and the 16 KiB value, padded to 5 blocks.
+    assert_eq!(v["info"]["bytes_per_commit"], 20480);
     let out = protocol(&dir, "w3", (1, 100, 10, 0.0, 100), &["--engine", "raw"]);
     assert!(out.status.success(), "{out:?}");
     let v = last_json(&out);
@@ -309,11 +310,12 @@ fn traced_writes(engine: &str, suffix: &str) -> (Vec<u64>, Vec<u64>) {
 
 #[test]
 fn strace_every_commit_is_a_durable_write() {
-    // The raw floor: after the zero-fill (large writes), one 16 KiB
-    // O_DIRECT|O_DSYNC write per commit.
+    // The raw floor: after the zero-fill (large writes), one
+    // O_DIRECT|O_DSYNC write per commit of the 16-byte key and the 16 KiB
+    // value, padded to 5 blocks.
     let (durable, _) = traced_writes("raw", "raw-floor.dat");
     let (fill, commits) = durable.split_at(durable.len().saturating_sub(50));
-    assert_eq!(commits, vec![16384; 50]);
+    assert_eq!(commits, vec![20480; 50]);
     assert!(
         fill.iter().all(|&n| n >= 65536),
         "zero-fill chunks: {fill:?}"

@@ -452,7 +452,7 @@ struct RawCommitter {
 }
 
 impl Committer for RawCommitter {
-    fn commit(&self, thread: usize, record: &[u8], value_bytes: usize) -> anyhow::Result<()> {
+    fn commit(&self, thread: usize, record: &[u8], _value_bytes: usize) -> anyhow::Result<()> {
         if self.buffered {
             // w3: the transaction's keys and values, appended.
             let at = self.next_offset(thread, record.len() as u64);
@@ -460,10 +460,12 @@ impl Committer for RawCommitter {
             self.file.sync(SyncKind::Data)?;
             return Ok(());
         }
-        let n = value_bytes.div_ceil(self.block).max(1) * self.block;
+        // w1, w2: the commit's key and value ("the same bytes" as the
+        // engine commits), zero-padded to the block.
+        let n = record.len().div_ceil(self.block).max(1) * self.block;
         let mut buf = self.bufs[thread].lock().unwrap_or_else(|p| p.into_inner());
-        let len = value_bytes.min(record.len());
-        buf[..len].copy_from_slice(&record[record.len() - len..]);
+        buf[..record.len()].copy_from_slice(record);
+        buf[record.len()..n].fill(0);
         let at = self.next_offset(thread, n as u64);
         self.file.write_at(&buf[..n], at)?;
         Ok(())
@@ -581,7 +583,7 @@ pub fn run_one(spec: &Spec, dir: &Path) -> anyhow::Result<Outcome> {
             let per_commit = if buffered {
                 record_bytes as u64
             } else {
-                (spec.size.div_ceil(block).max(1) * block) as u64
+                (record_bytes.div_ceil(block).max(1) * block) as u64
             };
             let wanted = if spec.count > 0 {
                 spec.count.div_ceil(spec.threads as u64) * per_commit
@@ -633,7 +635,7 @@ pub fn run_one(spec: &Spec, dir: &Path) -> anyhow::Result<Outcome> {
                 "durable": if buffered {
                     "one pwrite of the transaction's keys and values (no framing), then fdatasync, per commit"
                 } else {
-                    "one pwrite on an O_DIRECT|O_DSYNC descriptor per commit"
+                    "one pwrite of the commit's key and value, zero-padded to the block, on an O_DIRECT|O_DSYNC descriptor per commit"
                 },
             });
             drop(c);

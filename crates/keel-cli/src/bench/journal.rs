@@ -344,8 +344,8 @@ fn render(
     };
     out += &format!(
         "Medians of {} interleaved round(s); w1 = {} serial commits of 16 KiB, w2 = {} s per run. \
-         Raw floor: {raw_who}, one O_DIRECT|O_DSYNC pwrite of the value (rounded up to the \
-         block) per commit into a zero-filled file. Ratio = journal median / raw median (w2: \
+         Raw floor: {raw_who}, one O_DIRECT|O_DSYNC pwrite of the key and value (zero-padded \
+         to the block) per commit into a zero-filled file. Ratio = journal median / raw median (w2: \
          {w2_floor}). W = journal writes in flight at most. cs = context switches of the \
          whole process.\n\n",
         a.rounds, a.count, a.duration
