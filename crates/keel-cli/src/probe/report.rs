@@ -211,7 +211,9 @@ fn verdict_text(v: &verdict::Verdict) -> String {
                 out.push_str(&format!(", writes of up to {}", format_size(s)));
             }
             if let Some(n) = v.writes_in_flight {
-                out.push_str(&format!(", {n} write(s) in flight"));
+                out.push_str(&format!(
+                    "; the device scales to {n} durable write(s) in flight"
+                ));
             }
             out.push_str(".\n\n");
         }

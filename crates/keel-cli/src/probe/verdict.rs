@@ -276,7 +276,10 @@ fn choose_writes_in_flight(f: &Figures, v: &mut Verdict) {
         .collect();
     v.reasons.push(format!(
         "writes in flight: {}{more} — durable 16 KiB writes/s by writers ({}); {} reach {:.0} % \
-         of the best{}",
+         of the best{}. This is the device's parallelism; how many writes the journal keeps in \
+         flight (`writes_in_flight`, 1 to 4, default 1) is for `keel bench journal \
+         --writes-in-flight 1,2,4` to decide, since on few CPUs waking the committers, not the \
+         device, limits group commit",
         enough.writers,
         figures.join(", "),
         enough.writers,
