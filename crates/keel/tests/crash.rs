@@ -16,7 +16,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
 use keel::io::{CrashMode, SimVfs, Vfs, WriteMethod};
-use keel::journal::{Journal, JournalError, JournalOptions, Lsn, RecoveryMode};
+use keel::journal::{BatchStart, Journal, JournalError, JournalOptions, Lsn, RecoveryMode};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 
@@ -65,6 +65,13 @@ fn options(seed: u64) -> JournalOptions {
         }),
         lz4_min_bytes: (seed % 4 == 1).then_some(64),
         writes_in_flight: [1, 2, 4][(seed / 3 % 3) as usize],
+        // Several writes in flight need fresh blocks; with one, half the
+        // seeds use them.
+        batch_start: if seed / 3 % 3 != 0 || seed / 9 % 2 == 1 {
+            BatchStart::FreshBlock
+        } else {
+            BatchStart::RewriteTail
+        },
         // Crashes alone must never look like corruption: the strict mode
         // refuses to open exactly when they would.
         recovery_mode: RecoveryMode::RefuseCorruption,

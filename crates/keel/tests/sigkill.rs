@@ -26,24 +26,32 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use keel::io::{RealVfs, WriteMethod};
-use keel::journal::{Journal, JournalError, JournalOptions, Lsn};
+use keel::journal::{BatchStart, Journal, JournalError, JournalOptions, Lsn};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 
 const CI_ROUNDS: usize = 220;
 
 fn options(method: WriteMethod) -> JournalOptions {
+    let in_flight = std::env::var("KEEL_CHILD_IN_FLIGHT")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(1);
+    let fresh = std::env::var_os("KEEL_CHILD_FRESH").is_some();
     JournalOptions {
         // Small segments so that the children roll over and recycle.
         segment_size_bytes: 256 << 10,
         max_write_bytes: 64 << 10,
         method: Some(method),
-        // The child's setting (several writes in flight, every third
-        // round each of 1, 2, 4); any setting recovers any journal.
-        writes_in_flight: std::env::var("KEEL_CHILD_IN_FLIGHT")
-            .ok()
-            .and_then(|s| s.parse().ok())
-            .unwrap_or(1),
+        // The child's setting (writes in flight 1, 2, 4 in turn; fresh
+        // blocks with more than 1, and every other time with 1); any
+        // setting recovers any journal.
+        writes_in_flight: in_flight,
+        batch_start: if in_flight > 1 || fresh {
+            BatchStart::FreshBlock
+        } else {
+            BatchStart::RewriteTail
+        },
         ..JournalOptions::default()
     }
 }
@@ -266,9 +274,11 @@ fn kill_campaign(method_name: &str, method: WriteMethod, rounds: usize, seed: u6
         let threads = rng.random_range(1..=4);
         let base = (round as u64) << 32;
         let in_flight = [1, 2, 4][round % 3];
-        let child = child_command(&dir, threads, base, method_name, in_flight)
-            .spawn()
-            .expect("spawn child");
+        let mut child = child_command(&dir, threads, base, method_name, in_flight);
+        if round % 6 == 3 {
+            child.env("KEEL_CHILD_FRESH", "1");
+        }
+        let child = child.spawn().expect("spawn child");
         // Kill anywhere from inside open/recovery to well into appending.
         let after = Duration::from_micros(rng.random_range(1_000..60_000));
         let out = kill_and_collect(child, after);

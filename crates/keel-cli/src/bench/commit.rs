@@ -29,7 +29,7 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context};
 use clap::{Args, ValueEnum};
 use keel::io::{AlignedBuf, OpenMode, OpenOptions, RealVfs, SyncKind, VfsFile, WriteMethod};
-use keel::journal::{Journal, JournalOptions, JournalStats};
+use keel::journal::{BatchStart, Journal, JournalOptions, JournalStats};
 use rand::Rng;
 use serde_json::json;
 
@@ -115,11 +115,26 @@ pub struct CommitArgs {
     /// Batch writes the journal may have in flight at once (1 to 4).
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=4))]
     pub writes_in_flight: u32,
+    /// Where a batch starts when the previous one ended inside a block:
+    /// rewrite that block, or a fresh block (default: the journal's
+    /// default, rewrite, with one write in flight; fresh with more).
+    #[arg(long, value_enum)]
+    pub batch_start: Option<BatchStartArg>,
     /// Segments to prepare before timing, in bytes of records (default:
     /// what a --count run needs; for a --duration run, an estimate from
     /// the threads and record size, at most 640M).
     #[arg(long)]
     pub preallocate: Option<Size>,
+}
+
+/// `--batch-start`: where a batch starts when the previous one ended
+/// inside a block.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum BatchStartArg {
+    /// Rewrite the partly filled block (`BatchStart::RewriteTail`).
+    Rewrite,
+    /// Start on a fresh block (`BatchStart::FreshBlock`).
+    Fresh,
 }
 
 /// The journal's settings and the values it is fed, shared by `bench
@@ -158,6 +173,7 @@ pub struct Spec {
     pub values: Values,
     pub preallocate: Option<u64>,
     pub writes_in_flight: usize,
+    pub fresh_blocks: bool,
 }
 
 impl Spec {
@@ -195,6 +211,10 @@ impl Spec {
             values: a.journal.values,
             preallocate: a.preallocate.map(Size::bytes),
             writes_in_flight: a.writes_in_flight as usize,
+            fresh_blocks: match a.batch_start {
+                Some(b) => b == BatchStartArg::Fresh,
+                None => a.writes_in_flight > 1,
+            },
         };
         spec.validate()?;
         Ok(spec)
@@ -493,11 +513,11 @@ pub fn run_one(spec: &Spec, dir: &Path) -> anyhow::Result<Outcome> {
     let vfs = RealVfs::shared();
     let pool = ValuePool::new(spec.size, spec.values);
     let record_bytes = spec.record_bytes();
-    // With several writes in flight every batch starts on a fresh block:
-    // count a block per record, the most it can take.
-    let per_record_bytes = match spec.writes_in_flight {
-        1 => record_bytes as u64 + 32,
-        _ => (record_bytes as u64 + 32).next_multiple_of(4096),
+    // With fresh blocks every batch starts on a block of its own: count a
+    // block per record, the most it can take.
+    let per_record_bytes = match spec.fresh_blocks {
+        false => record_bytes as u64 + 32,
+        true => (record_bytes as u64 + 32).next_multiple_of(4096),
     };
     let expected_bytes = match spec.preallocate {
         Some(b) => b,
@@ -527,6 +547,11 @@ pub fn run_one(spec: &Spec, dir: &Path) -> anyhow::Result<Outcome> {
                 method: spec.method,
                 lz4_min_bytes: spec.lz4,
                 writes_in_flight: spec.writes_in_flight,
+                batch_start: if spec.fresh_blocks {
+                    BatchStart::FreshBlock
+                } else {
+                    BatchStart::RewriteTail
+                },
                 ..JournalOptions::default()
             };
             let t0 = Instant::now();
@@ -555,6 +580,7 @@ pub fn run_one(spec: &Spec, dir: &Path) -> anyhow::Result<Outcome> {
                 "max_write_bytes": c.0.options().max_write_bytes,
                 "lz4_min_bytes": spec.lz4,
                 "writes_in_flight": spec.writes_in_flight,
+                "batch_start": if spec.fresh_blocks { "fresh" } else { "rewrite" },
                 "values": if spec.values == Values::Random { "random" } else { "text" },
                 "before_timing": format!(
                     "opened a fresh journal and prepared {} segment(s) of {} (zero-filled, header \

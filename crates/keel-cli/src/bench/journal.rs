@@ -15,7 +15,9 @@ use std::process::ExitCode;
 use clap::{Args, ValueEnum};
 use serde_json::json;
 
-use super::commit::{run_one, with_dir, Engine, JournalFlags, Outcome, Spec, Workload};
+use super::commit::{
+    run_one, with_dir, BatchStartArg, Engine, JournalFlags, Outcome, Spec, Workload,
+};
 use super::report::{median, number, progress, Align, Machine, Table};
 use crate::util::Size;
 
@@ -54,6 +56,11 @@ pub struct JournalArgs {
     /// configuration of its own, interleaved with the others (1 to 4).
     #[arg(long, value_delimiter = ',', default_value = "1")]
     pub writes_in_flight: Vec<usize>,
+    /// Where batches start, comma-separated (rewrite, fresh): each value a
+    /// journal configuration of its own, crossed with --writes-in-flight
+    /// (more than one write in flight always uses fresh blocks).
+    #[arg(long, value_delimiter = ',', default_value = "rewrite")]
+    pub batch_start: Vec<BatchStartArg>,
     /// A short run (1 round, 0.3 s, 256 w1 commits, T = 1 and 16, R = 128).
     #[arg(long)]
     pub quick: bool,
@@ -78,6 +85,8 @@ struct Config {
     size: usize,
     /// Writes in flight (journal only; 1 for the raw floor).
     in_flight: usize,
+    /// Batches start on fresh blocks (journal only).
+    fresh: bool,
 }
 
 struct Run {
@@ -121,6 +130,7 @@ fn spec(a: &JournalArgs, c: Config, engine: Engine) -> Spec {
         values: a.journal.values,
         preallocate: None,
         writes_in_flight: c.in_flight,
+        fresh_blocks: c.fresh,
     }
 }
 
@@ -133,12 +143,31 @@ fn run_in(a: &JournalArgs, dir: &Path) -> anyhow::Result<ExitCode> {
         threads: 1,
         size: 16384,
         in_flight: 1,
+        fresh: false,
     };
+    // The journal configurations: writes in flight × batch start, without
+    // the impossible ones (several in flight need fresh blocks).
+    let mut variants: Vec<(usize, bool)> = Vec::new();
+    for &w in &a.writes_in_flight {
+        for &b in &a.batch_start {
+            let v = (w, w > 1 || b == BatchStartArg::Fresh);
+            if !variants.contains(&v) {
+                variants.push(v);
+            }
+        }
+    }
     if a.vs_raw {
         round_list.push((w1, Engine::Raw));
     }
-    for &in_flight in &a.writes_in_flight {
-        round_list.push((Config { in_flight, ..w1 }, Engine::Journal));
+    for &(in_flight, fresh) in &variants {
+        round_list.push((
+            Config {
+                in_flight,
+                fresh,
+                ..w1
+            },
+            Engine::Journal,
+        ));
     }
     for size in &a.sizes {
         let size = size.bytes() as usize;
@@ -148,6 +177,7 @@ fn run_in(a: &JournalArgs, dir: &Path) -> anyhow::Result<ExitCode> {
                 threads: 1,
                 size,
                 in_flight: 1,
+                fresh: false,
             };
             round_list.push((raw, Engine::Raw));
         }
@@ -157,12 +187,20 @@ fn run_in(a: &JournalArgs, dir: &Path) -> anyhow::Result<ExitCode> {
                 threads,
                 size,
                 in_flight: 1,
+                fresh: false,
             };
             if a.vs_raw && a.raw_threads == RawThreads::Each {
                 round_list.push((c, Engine::Raw));
             }
-            for &in_flight in &a.writes_in_flight {
-                round_list.push((Config { in_flight, ..c }, Engine::Journal));
+            for &(in_flight, fresh) in &variants {
+                round_list.push((
+                    Config {
+                        in_flight,
+                        fresh,
+                        ..c
+                    },
+                    Engine::Journal,
+                ));
             }
         }
     }
@@ -181,7 +219,7 @@ fn run_in(a: &JournalArgs, dir: &Path) -> anyhow::Result<ExitCode> {
         for (config, engine) in list {
             let s = spec(a, config, engine);
             let label = format!(
-                "round {} {:>7} {} T={:<3} R={:<6} W={}",
+                "round {} {:>7} {} T={:<3} R={:<6} W={}{}",
                 round + 1,
                 if engine == Engine::Raw {
                     "raw"
@@ -191,7 +229,8 @@ fn run_in(a: &JournalArgs, dir: &Path) -> anyhow::Result<ExitCode> {
                 config.workload.name(),
                 config.threads,
                 config.size,
-                config.in_flight
+                config.in_flight,
+                if config.fresh { " fresh" } else { "" }
             );
             bar.set_message(label.clone());
             let outcome = run_one(&s, dir)?;
@@ -222,6 +261,7 @@ fn run_in(a: &JournalArgs, dir: &Path) -> anyhow::Result<ExitCode> {
                 "threads": r.config.threads,
                 "size": r.config.size,
                 "writes_in_flight": r.config.in_flight,
+                "batch_start": if r.config.fresh { "fresh" } else { "rewrite" },
                 "engine": if r.engine == Engine::Raw { "raw" } else { "journal" },
                 "round": r.round + 1,
                 "result": r.outcome.to_json(&spec(a, r.config, r.engine)),
@@ -278,6 +318,7 @@ fn summarize(a: &JournalArgs, runs: &[Run]) -> Vec<serde_json::Value> {
                 "threads": c.threads,
                 "size": c.size,
                 "writes_in_flight": c.in_flight,
+                "batch_start": if c.fresh { "fresh" } else { "rewrite" },
                 "journal_commits_per_s": journal.iter().map(|r| r.outcome.commits_per_s().round()).collect::<Vec<_>>(),
                 "journal_median": j_median.round(),
                 "raw_commits_per_s": raw.iter().map(|x| x.round()).collect::<Vec<_>>(),
@@ -306,6 +347,7 @@ fn render(
         ("T", Align::Right),
         ("R", Align::Right),
         ("W", Align::Right),
+        ("batch start", Align::Left),
         ("raw commits/s", Align::Right),
         ("journal commits/s", Align::Right),
         ("journal/raw", Align::Right),
@@ -322,6 +364,7 @@ fn render(
             r["threads"].to_string(),
             r["size"].to_string(),
             r["writes_in_flight"].to_string(),
+            r["batch_start"].as_str().unwrap_or("").into(),
             f(&r["raw_median"], 0),
             f(&r["journal_median"], 0),
             f(&r["ratio"], 3),

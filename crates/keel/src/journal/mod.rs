@@ -74,6 +74,23 @@ pub enum RecoveryMode {
     RefuseCorruption,
 }
 
+/// Where a batch starts writing when the previous batch ended inside a
+/// block. Both keep every guarantee; they differ in cost.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum BatchStart {
+    /// Rewrite the partly filled block: the batch starts at the block that
+    /// holds the previous batch's end, with its earlier bytes copied in.
+    /// Uses segment space byte for byte; a lone committer rewrites the same
+    /// block commit after commit.
+    #[default]
+    RewriteTail,
+    /// Start on a fresh block; the rest of the previous block stays zero
+    /// padding (recovery steps over it). A batch takes at least one block
+    /// of segment space, but no write covers a block written before.
+    /// Required with more than one write in flight.
+    FreshBlock,
+}
+
 /// Settings of a journal.
 #[derive(Debug, Clone)]
 pub struct JournalOptions {
@@ -97,11 +114,13 @@ pub struct JournalOptions {
     /// [`MAX_WRITES_IN_FLIGHT`]). The guarantee is the same for every value:
     /// a commit is acknowledged only once its write and every earlier one
     /// are durable, and a failed write fails its batch and every later one.
-    /// With more than 1, every batch starts on a fresh block (two writes in
-    /// flight never share a block; the rest of the previous block stays
-    /// zero padding), and a second write starts only while those in flight
-    /// carry few records. Default 1: measured in `docs/journal.md`.
+    /// More than 1 needs [`BatchStart::FreshBlock`] (two writes in flight
+    /// must never share a block), and a second write starts only while
+    /// those in flight carry few records. Default 1: measured in
+    /// `docs/journal.md`.
     pub writes_in_flight: usize,
+    /// Where a batch starts when the previous one ended inside a block.
+    pub batch_start: BatchStart,
 }
 
 impl Default for JournalOptions {
@@ -115,6 +134,7 @@ impl Default for JournalOptions {
             spare_segments: 1,
             lz4_min_bytes: None,
             writes_in_flight: 1,
+            batch_start: BatchStart::default(),
         }
     }
 }
@@ -149,6 +169,13 @@ impl JournalOptions {
                 "writes in flight must be 1 to {MAX_WRITES_IN_FLIGHT}, not {}",
                 self.writes_in_flight
             ));
+        }
+        if self.writes_in_flight > 1 && self.batch_start != BatchStart::FreshBlock {
+            return bad(
+                "several writes in flight need BatchStart::FreshBlock (two writes in flight \
+                 must never share a block)"
+                    .into(),
+            );
         }
         if self.max_write_bytes < self.block_size_bytes {
             return bad("max write size is smaller than one block".into());

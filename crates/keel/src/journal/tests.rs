@@ -337,6 +337,7 @@ fn a_failed_write_in_flight_fails_it_and_everything_after() {
         let opts = JournalOptions {
             segment_size_bytes: 1 << 20,
             writes_in_flight: 2 + (seed % 3) as usize,
+            batch_start: BatchStart::FreshBlock,
             ..small_options()
         };
         let j = Arc::new(Journal::open(vfs.clone(), &dir, opts.clone()).unwrap());

@@ -47,7 +47,7 @@ use super::format::{
 use super::leader::{poison_result, wait_batch, Flight};
 use super::scan::{self, ChainCursor};
 use super::segments::{ReadySegment, SegmentSpec};
-use super::{JournalError, JournalOptions, JournalStats, Lsn};
+use super::{BatchStart, JournalError, JournalOptions, JournalStats, Lsn};
 use crate::io::{AlignedBuf, IoError, LockGuard, Vfs, VfsFile};
 
 /// Batches map onto this many futex words; waiters of batches that share a
@@ -662,10 +662,10 @@ pub(super) fn install_room<'a>(
 /// checked that they fit in the segment).
 fn install_slab(shared: &Shared, st: &mut State, need: usize) {
     let block = shared.spec.block_size;
-    if shared.options.writes_in_flight > 1 {
-        // Start on a fresh block: this batch may be written while the
-        // previous one is in flight, and two writes in flight must never
-        // cover the same block (which of them lands last is unknown).
+    if shared.options.batch_start == BatchStart::FreshBlock {
+        // Start on a fresh block (with several writes in flight, two of
+        // them must never cover the same block: which lands last is
+        // unknown).
         st.pos = batch_start(shared, st);
         if st.pos % block as u64 == 0 {
             st.tail.clear();
@@ -706,12 +706,12 @@ fn install_slab(shared: &Shared, st: &mut State, need: usize) {
 
 /// Where the next batch starts writing records, if the append position is
 /// the current one: right there (rewriting the partial block), or at the
-/// next block boundary when several writes may be in flight — but only if
+/// next block boundary with `BatchStart::FreshBlock` — but only if
 /// the rest of the block is zero padding of a batch of this life: after an
 /// open or a truncation it may hold a torn record, which recovery would
 /// stop at, so the first batch rewrites it.
 fn batch_start(shared: &Shared, st: &State) -> u64 {
-    if shared.options.writes_in_flight > 1 && st.padded_to_block {
+    if shared.options.batch_start == BatchStart::FreshBlock && st.padded_to_block {
         st.pos.next_multiple_of(shared.spec.block_size as u64)
     } else {
         st.pos
