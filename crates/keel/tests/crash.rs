@@ -65,12 +65,12 @@ fn options(seed: u64) -> JournalOptions {
         }),
         lz4_min_bytes: (seed % 4 == 1).then_some(64),
         writes_in_flight: [1, 2, 4][(seed / 3 % 3) as usize],
-        // Several writes in flight need fresh blocks; with one, half the
-        // seeds use them.
-        batch_start: if seed / 3 % 3 != 0 || seed / 9 % 2 == 1 {
-            BatchStart::FreshBlock
-        } else {
-            BatchStart::RewriteTail
+        // Several writes in flight need fresh blocks; with one, a third of
+        // the seeds each use every setting.
+        batch_start: match (seed / 3 % 3, seed / 9 % 3) {
+            (0, 0) => BatchStart::RewriteTail,
+            (0, 1) => BatchStart::Auto,
+            _ => BatchStart::FreshBlock,
         },
         // Crashes alone must never look like corruption: the strict mode
         // refuses to open exactly when they would.

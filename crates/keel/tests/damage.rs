@@ -76,11 +76,19 @@ fn plant(rng: &mut SmallRng, scan: &journal::Scan, block: u64) -> Damage {
     let len = rng.random_range(1..3000u64);
     let offset = rng.random_range(block..seg.file_len - len);
     let bytes: Vec<u8> = (0..len).map(|_| rng.random::<u8>() | 1).collect();
+    // A record's span starts where the previous one ended: zero padding
+    // before a record that starts on a fresh block is its own to lose.
+    let mut prev_end = block;
     let first_hit = records
         .iter()
-        .find(|r| r.pos + 32 + u64::from(r.len) > offset)
-        .filter(|r| r.pos < offset + len)
-        .map(|r| r.lsn);
+        .map(|r| {
+            let start = prev_end.min(r.pos);
+            prev_end = r.pos + 32 + u64::from(r.len);
+            (r, start)
+        })
+        .find(|(r, _)| r.pos + 32 + u64::from(r.len) > offset)
+        .filter(|(_, start)| *start < offset + len)
+        .map(|(r, _)| r.lsn);
     Damage {
         seq: seg.seq,
         offset,

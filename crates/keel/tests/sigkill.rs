@@ -37,20 +37,20 @@ fn options(method: WriteMethod) -> JournalOptions {
         .ok()
         .and_then(|s| s.parse().ok())
         .unwrap_or(1);
-    let fresh = std::env::var_os("KEEL_CHILD_FRESH").is_some();
+    let start = std::env::var("KEEL_CHILD_START");
     JournalOptions {
         // Small segments so that the children roll over and recycle.
         segment_size_bytes: 256 << 10,
         max_write_bytes: 64 << 10,
         method: Some(method),
         // The child's setting (writes in flight 1, 2, 4 in turn; fresh
-        // blocks with more than 1, and every other time with 1); any
+        // blocks with more than 1; with 1, each batch start in turn); any
         // setting recovers any journal.
         writes_in_flight: in_flight,
-        batch_start: if in_flight > 1 || fresh {
-            BatchStart::FreshBlock
-        } else {
-            BatchStart::RewriteTail
+        batch_start: match (in_flight, start.as_deref()) {
+            (1, Ok("rewrite")) => BatchStart::RewriteTail,
+            (1, Ok("auto")) => BatchStart::Auto,
+            _ => BatchStart::FreshBlock,
         },
         ..JournalOptions::default()
     }
@@ -275,9 +275,10 @@ fn kill_campaign(method_name: &str, method: WriteMethod, rounds: usize, seed: u6
         let base = (round as u64) << 32;
         let in_flight = [1, 2, 4][round % 3];
         let mut child = child_command(&dir, threads, base, method_name, in_flight);
-        if round % 6 == 3 {
-            child.env("KEEL_CHILD_FRESH", "1");
-        }
+        child.env(
+            "KEEL_CHILD_START",
+            ["rewrite", "auto", "fresh"][round / 3 % 3],
+        );
         let child = child.spawn().expect("spawn child");
         // Kill anywhere from inside open/recovery to well into appending.
         let after = Duration::from_micros(rng.random_range(1_000..60_000));
@@ -347,8 +348,29 @@ struct Call {
     ret: i64,
 }
 
+/// Join the halves of calls that strace split because another thread's call
+/// came in between (`… <unfinished ...>`, then `<... name resumed>…`).
+fn join_split_calls(text: &str) -> Vec<String> {
+    let mut open: BTreeMap<String, String> = BTreeMap::new();
+    let mut lines = Vec::new();
+    for l in text.lines() {
+        let tid = l.split_whitespace().next().unwrap_or("").to_string();
+        if let Some(head) = l.strip_suffix(" <unfinished ...>") {
+            open.insert(tid, head.to_string());
+        } else if let Some(at) = l.find(" resumed>") {
+            if let Some(head) = open.remove(&tid) {
+                lines.push(format!("{head}{}", &l[at + " resumed>".len()..]));
+            }
+        } else {
+            lines.push(l.to_string());
+        }
+    }
+    lines
+}
+
 fn parse_strace(text: &str) -> Vec<Call> {
-    text.lines()
+    join_split_calls(text)
+        .iter()
         .filter_map(|l| {
             let (tid, rest) = l.split_once(' ')?;
             let tid: u32 = tid.trim().parse().ok()?;
@@ -477,6 +499,17 @@ fn strace_parser_reads_threads_and_returns() {
     assert_eq!(calls[1].name, "pwrite64");
     assert_eq!(calls[2].tid, 124);
     assert!(calls[3].args.starts_with("1, \"ack "));
+    // A call split by another thread's is joined again, in the order it
+    // completed.
+    let calls = parse_strace(
+        "123 pwrite64(5, \"\\0\"..., 53248, 4096 <unfinished ...>\n\
+         124 openat(AT_FDCWD, \"/d/3.seg\", O_RDWR) = 6\n\
+         123 <... pwrite64 resumed>)           = 53248\n",
+    );
+    assert_eq!(calls.len(), 2);
+    assert_eq!((calls[1].tid, calls[1].name.as_str()), (123, "pwrite64"));
+    assert_eq!(calls[1].ret, 53248);
+    assert!(calls[1].args.starts_with("5, "));
 }
 
 #[test]

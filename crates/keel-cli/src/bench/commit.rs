@@ -115,9 +115,9 @@ pub struct CommitArgs {
     /// Batch writes the journal may have in flight at once (1 to 4).
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=4))]
     pub writes_in_flight: u32,
-    /// Where a batch starts when the previous one ended inside a block:
-    /// rewrite that block, or a fresh block (default: the journal's
-    /// default, rewrite, with one write in flight; fresh with more).
+    /// Where a batch starts when the previous one ended inside a block
+    /// (default: the journal's default, auto, with one write in flight;
+    /// fresh with more, which they need).
     #[arg(long, value_enum)]
     pub batch_start: Option<BatchStartArg>,
     /// Segments to prepare before timing, in bytes of records (default:
@@ -133,8 +133,29 @@ pub struct CommitArgs {
 pub enum BatchStartArg {
     /// Rewrite the partly filled block (`BatchStart::RewriteTail`).
     Rewrite,
+    /// Fresh block after a one-block batch, else rewrite
+    /// (`BatchStart::Auto`, the journal's default).
+    Auto,
     /// Start on a fresh block (`BatchStart::FreshBlock`).
     Fresh,
+}
+
+impl BatchStartArg {
+    pub fn to_journal(self) -> BatchStart {
+        match self {
+            BatchStartArg::Rewrite => BatchStart::RewriteTail,
+            BatchStartArg::Auto => BatchStart::Auto,
+            BatchStartArg::Fresh => BatchStart::FreshBlock,
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            BatchStartArg::Rewrite => "rewrite",
+            BatchStartArg::Auto => "auto",
+            BatchStartArg::Fresh => "fresh",
+        }
+    }
 }
 
 /// The journal's settings and the values it is fed, shared by `bench
@@ -173,7 +194,7 @@ pub struct Spec {
     pub values: Values,
     pub preallocate: Option<u64>,
     pub writes_in_flight: usize,
-    pub fresh_blocks: bool,
+    pub batch_start: BatchStartArg,
 }
 
 impl Spec {
@@ -211,9 +232,10 @@ impl Spec {
             values: a.journal.values,
             preallocate: a.preallocate.map(Size::bytes),
             writes_in_flight: a.writes_in_flight as usize,
-            fresh_blocks: match a.batch_start {
-                Some(b) => b == BatchStartArg::Fresh,
-                None => a.writes_in_flight > 1,
+            batch_start: match a.batch_start {
+                Some(b) => b,
+                None if a.writes_in_flight > 1 => BatchStartArg::Fresh,
+                None => BatchStartArg::Auto,
             },
         };
         spec.validate()?;
@@ -515,9 +537,9 @@ pub fn run_one(spec: &Spec, dir: &Path) -> anyhow::Result<Outcome> {
     let record_bytes = spec.record_bytes();
     // With fresh blocks every batch starts on a block of its own: count a
     // block per record, the most it can take.
-    let per_record_bytes = match spec.fresh_blocks {
-        false => record_bytes as u64 + 32,
-        true => (record_bytes as u64 + 32).next_multiple_of(4096),
+    let per_record_bytes = match spec.batch_start {
+        BatchStartArg::Rewrite => record_bytes as u64 + 32,
+        _ => (record_bytes as u64 + 32).next_multiple_of(4096),
     };
     let expected_bytes = match spec.preallocate {
         Some(b) => b,
@@ -547,11 +569,7 @@ pub fn run_one(spec: &Spec, dir: &Path) -> anyhow::Result<Outcome> {
                 method: spec.method,
                 lz4_min_bytes: spec.lz4,
                 writes_in_flight: spec.writes_in_flight,
-                batch_start: if spec.fresh_blocks {
-                    BatchStart::FreshBlock
-                } else {
-                    BatchStart::RewriteTail
-                },
+                batch_start: spec.batch_start.to_journal(),
                 ..JournalOptions::default()
             };
             let t0 = Instant::now();
@@ -580,7 +598,7 @@ pub fn run_one(spec: &Spec, dir: &Path) -> anyhow::Result<Outcome> {
                 "max_write_bytes": c.0.options().max_write_bytes,
                 "lz4_min_bytes": spec.lz4,
                 "writes_in_flight": spec.writes_in_flight,
-                "batch_start": if spec.fresh_blocks { "fresh" } else { "rewrite" },
+                "batch_start": spec.batch_start.name(),
                 "values": if spec.values == Values::Random { "random" } else { "text" },
                 "before_timing": format!(
                     "opened a fresh journal and prepared {} segment(s) of {} (zero-filled, header \

@@ -56,10 +56,11 @@ pub struct JournalArgs {
     /// configuration of its own, interleaved with the others (1 to 4).
     #[arg(long, value_delimiter = ',', default_value = "1")]
     pub writes_in_flight: Vec<usize>,
-    /// Where batches start, comma-separated (rewrite, fresh): each value a
-    /// journal configuration of its own, crossed with --writes-in-flight
-    /// (more than one write in flight always uses fresh blocks).
-    #[arg(long, value_delimiter = ',', default_value = "rewrite")]
+    /// Where batches start, comma-separated (rewrite, auto, fresh): each
+    /// value a journal configuration of its own, crossed with
+    /// --writes-in-flight (more than one write in flight always uses fresh
+    /// blocks).
+    #[arg(long, value_delimiter = ',', default_value = "auto")]
     pub batch_start: Vec<BatchStartArg>,
     /// A short run (1 round, 0.3 s, 256 w1 commits, T = 1 and 16, R = 128).
     #[arg(long)]
@@ -85,8 +86,8 @@ struct Config {
     size: usize,
     /// Writes in flight (journal only; 1 for the raw floor).
     in_flight: usize,
-    /// Batches start on fresh blocks (journal only).
-    fresh: bool,
+    /// Where batches start (journal only).
+    start: BatchStartArg,
 }
 
 struct Run {
@@ -130,7 +131,7 @@ fn spec(a: &JournalArgs, c: Config, engine: Engine) -> Spec {
         values: a.journal.values,
         preallocate: None,
         writes_in_flight: c.in_flight,
-        fresh_blocks: c.fresh,
+        batch_start: c.start,
     }
 }
 
@@ -143,14 +144,14 @@ fn run_in(a: &JournalArgs, dir: &Path) -> anyhow::Result<ExitCode> {
         threads: 1,
         size: 16384,
         in_flight: 1,
-        fresh: false,
+        start: BatchStartArg::Auto,
     };
     // The journal configurations: writes in flight × batch start, without
     // the impossible ones (several in flight need fresh blocks).
-    let mut variants: Vec<(usize, bool)> = Vec::new();
+    let mut variants: Vec<(usize, BatchStartArg)> = Vec::new();
     for &w in &a.writes_in_flight {
         for &b in &a.batch_start {
-            let v = (w, w > 1 || b == BatchStartArg::Fresh);
+            let v = (w, if w > 1 { BatchStartArg::Fresh } else { b });
             if !variants.contains(&v) {
                 variants.push(v);
             }
@@ -159,11 +160,11 @@ fn run_in(a: &JournalArgs, dir: &Path) -> anyhow::Result<ExitCode> {
     if a.vs_raw {
         round_list.push((w1, Engine::Raw));
     }
-    for &(in_flight, fresh) in &variants {
+    for &(in_flight, start) in &variants {
         round_list.push((
             Config {
                 in_flight,
-                fresh,
+                start,
                 ..w1
             },
             Engine::Journal,
@@ -177,7 +178,7 @@ fn run_in(a: &JournalArgs, dir: &Path) -> anyhow::Result<ExitCode> {
                 threads: 1,
                 size,
                 in_flight: 1,
-                fresh: false,
+                start: BatchStartArg::Auto,
             };
             round_list.push((raw, Engine::Raw));
         }
@@ -187,16 +188,16 @@ fn run_in(a: &JournalArgs, dir: &Path) -> anyhow::Result<ExitCode> {
                 threads,
                 size,
                 in_flight: 1,
-                fresh: false,
+                start: BatchStartArg::Auto,
             };
             if a.vs_raw && a.raw_threads == RawThreads::Each {
                 round_list.push((c, Engine::Raw));
             }
-            for &(in_flight, fresh) in &variants {
+            for &(in_flight, start) in &variants {
                 round_list.push((
                     Config {
                         in_flight,
-                        fresh,
+                        start,
                         ..c
                     },
                     Engine::Journal,
@@ -219,7 +220,7 @@ fn run_in(a: &JournalArgs, dir: &Path) -> anyhow::Result<ExitCode> {
         for (config, engine) in list {
             let s = spec(a, config, engine);
             let label = format!(
-                "round {} {:>7} {} T={:<3} R={:<6} W={}{}",
+                "round {} {:>7} {} T={:<3} R={:<6} W={} {}",
                 round + 1,
                 if engine == Engine::Raw {
                     "raw"
@@ -230,7 +231,11 @@ fn run_in(a: &JournalArgs, dir: &Path) -> anyhow::Result<ExitCode> {
                 config.threads,
                 config.size,
                 config.in_flight,
-                if config.fresh { " fresh" } else { "" }
+                if engine == Engine::Raw {
+                    ""
+                } else {
+                    config.start.name()
+                }
             );
             bar.set_message(label.clone());
             let outcome = run_one(&s, dir)?;
@@ -261,7 +266,7 @@ fn run_in(a: &JournalArgs, dir: &Path) -> anyhow::Result<ExitCode> {
                 "threads": r.config.threads,
                 "size": r.config.size,
                 "writes_in_flight": r.config.in_flight,
-                "batch_start": if r.config.fresh { "fresh" } else { "rewrite" },
+                "batch_start": r.config.start.name(),
                 "engine": if r.engine == Engine::Raw { "raw" } else { "journal" },
                 "round": r.round + 1,
                 "result": r.outcome.to_json(&spec(a, r.config, r.engine)),
@@ -318,7 +323,7 @@ fn summarize(a: &JournalArgs, runs: &[Run]) -> Vec<serde_json::Value> {
                 "threads": c.threads,
                 "size": c.size,
                 "writes_in_flight": c.in_flight,
-                "batch_start": if c.fresh { "fresh" } else { "rewrite" },
+                "batch_start": c.start.name(),
                 "journal_commits_per_s": journal.iter().map(|r| r.outcome.commits_per_s().round()).collect::<Vec<_>>(),
                 "journal_median": j_median.round(),
                 "raw_commits_per_s": raw.iter().map(|x| x.round()).collect::<Vec<_>>(),

@@ -214,6 +214,7 @@ fn stop_row(scan: &Scan, seq: u64, offset: u64, reason: &StopReason) -> StopRow 
         StopReason::SegmentEnd => ("segment_end", None),
         StopReason::Damaged(RecordError::BadChecksum) => ("damaged", Some("bad")),
         StopReason::Damaged(RecordError::BadLength) => ("damaged", Some("unverifiable")),
+        StopReason::Damaged(RecordError::BadPadding) => ("damaged", None),
         StopReason::Damaged(_) => ("damaged", Some("ok")),
         StopReason::Stale { .. } => ("stale", Some("ok")),
     };

@@ -159,6 +159,10 @@ pub enum RecordError {
     BadLength,
     /// Unknown flag bits or nonzero reserved bytes.
     BadFlags,
+    /// Zeros where a record should start, inside a block, then nonzero
+    /// bytes before the block ends: padding torn or corrupted (see the
+    /// recovery rules). Never returned by the decoder itself.
+    BadPadding,
 }
 
 impl RecordHeader {

@@ -75,15 +75,21 @@ pub enum RecoveryMode {
 }
 
 /// Where a batch starts writing when the previous batch ended inside a
-/// block. Both keep every guarantee; they differ in cost.
+/// block. All keep every guarantee; they differ in cost (measured in
+/// `docs/journal.md`, "Where a batch starts").
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum BatchStart {
     /// Rewrite the partly filled block: the batch starts at the block that
     /// holds the previous batch's end, with its earlier bytes copied in.
-    /// Uses segment space byte for byte; a lone committer rewrites the same
-    /// block commit after commit.
-    #[default]
+    /// Uses segment space byte for byte; a lone committer of small records
+    /// rewrites the same block commit after commit, which costs it up to
+    /// ~10 % of its commits/s on the disk measured.
     RewriteTail,
+    /// `FreshBlock` after a batch that was written as a single block,
+    /// `RewriteTail` after a larger one: small commits at low concurrency
+    /// never rewrite a block, and larger batches waste no space.
+    #[default]
+    Auto,
     /// Start on a fresh block; the rest of the previous block stays zero
     /// padding (recovery steps over it). A batch takes at least one block
     /// of segment space, but no write covers a block written before.
@@ -324,7 +330,9 @@ impl Journal {
     }
 
     /// Prepare spare segments now, in the calling thread, until they can
-    /// hold `bytes` more bytes of records (record headers included), so
+    /// hold `bytes` more bytes of records (record headers included, and
+    /// the padding of batches that start on a fresh block: with
+    /// `BatchStart::Auto` or `FreshBlock`, a batch takes at least a block), so
     /// that the next `bytes` of appends roll over without any segment being
     /// created or recycled meanwhile. Returns how many segments it
     /// prepared. For bulk loads and benchmarks: preparing a segment in the

@@ -66,6 +66,9 @@ impl std::fmt::Display for StopReason {
             StopReason::Damaged(RecordError::BadFlags) => {
                 f.write_str("corrupt record (unknown flags)")
             }
+            StopReason::Damaged(RecordError::BadPadding) => f.write_str(
+                "torn or corrupt padding (zeros, then other bytes before the block end)",
+            ),
             StopReason::Damaged(RecordError::Zeros) => f.write_str("zeros"),
             StopReason::Stale {
                 lsn,
@@ -170,17 +173,15 @@ pub fn walk_segment(
         if pos + RECORD_HEADER_BYTES > bytes.len() {
             return (records, pos as u64, StopReason::SegmentEnd);
         }
-        // Zero padding may be shorter than a record header.
-        if bytes[pos] == 0 {
-            if let Some(next) = after_padding(bytes, pos, seq, block_size, cursor) {
-                pos = next;
-                continue;
-            }
-        }
         let (h, _) = match RecordHeader::decode(&bytes[pos..]) {
             Ok(r) => r,
-            Err(RecordError::Zeros) => return (records, pos as u64, StopReason::CleanEnd),
-            Err(e) => return (records, pos as u64, StopReason::Damaged(e)),
+            Err(e) => match padding(bytes, pos, seq, block_size, cursor, e) {
+                Padding::Continue(next) => {
+                    pos = next;
+                    continue;
+                }
+                Padding::End(stop) => return (records, pos as u64, stop),
+            },
         };
         if !accepted(&h, seq, cursor) {
             let stale = StopReason::Stale {
@@ -212,31 +213,56 @@ fn accepted(h: &RecordHeader, seq: u64, cursor: &ChainCursor) -> bool {
     h.seq == seq && lsn_ok && salt_ok && h.lsn != 0
 }
 
-/// Zeros at `pos`, inside a block: padding, if the rest of the block is
-/// zeros and the record at the next block boundary continues the chain
-/// (a batch written while another was in flight starts on a fresh block;
-/// see `docs/format.md`, "Padding"). Returns that boundary.
+/// What a position that holds no record turns out to be.
+enum Padding {
+    /// Zero padding: the chain goes on at this block boundary.
+    Continue(usize),
+    /// The records of the segment end here, for this reason.
+    End(StopReason),
+}
+
+/// No record decodes at `pos` (`error`): is it the zero padding after a
+/// batch that the next batch followed on a fresh block (`BatchStart`; see
+/// `docs/format.md`, recovery rule 3)? Padding runs from `pos`, inside a
+/// block, to the block boundary — possibly fewer bytes than a record
+/// header — and is all zeros; the chain goes on there only if the record
+/// at the boundary continues it.
 ///
 /// Only the record with exactly the expected LSN is taken, so padding can
 /// never hide a lost record: a record is written once per epoch, at one
 /// place, and if that place were `pos` its header would not be zeros.
-fn after_padding(
+/// Zeros followed by damage — nonzero bytes later in the block, or a torn
+/// record at the boundary — are damage, not a clean end.
+fn padding(
     bytes: &[u8],
     pos: usize,
     seq: u64,
     block_size: usize,
     cursor: &ChainCursor,
-) -> Option<usize> {
-    cursor.expected_lsn?;
-    if pos % block_size == 0 {
-        return None;
+    error: RecordError,
+) -> Padding {
+    let plain = match error {
+        RecordError::Zeros => StopReason::CleanEnd,
+        e => StopReason::Damaged(e),
+    };
+    if cursor.expected_lsn.is_none() || pos % block_size == 0 || bytes[pos] != 0 {
+        return Padding::End(plain);
     }
     let next = pos.next_multiple_of(block_size);
-    if next + RECORD_HEADER_BYTES > bytes.len() || bytes[pos..next].iter().any(|&b| b != 0) {
-        return None;
+    if next + RECORD_HEADER_BYTES > bytes.len() {
+        return Padding::End(plain);
     }
-    let (h, _) = RecordHeader::decode(&bytes[next..]).ok()?;
-    accepted(&h, seq, cursor).then_some(next)
+    if bytes[pos..next].iter().any(|&b| b != 0) {
+        return Padding::End(match error {
+            RecordError::Zeros => StopReason::Damaged(RecordError::BadPadding),
+            e => StopReason::Damaged(e),
+        });
+    }
+    match RecordHeader::decode(&bytes[next..]) {
+        Ok((h, _)) if accepted(&h, seq, cursor) => Padding::Continue(next),
+        Ok(_) | Err(RecordError::Zeros) => Padding::End(StopReason::CleanEnd),
+        Err(e) => Padding::End(StopReason::Damaged(e)),
+    }
 }
 
 /// Look for a valid record of epoch `salt` (any epoch if `None`: a chain

@@ -284,6 +284,8 @@ pub(super) struct State {
     /// The bytes from `pos` to the next block boundary are the zero padding
     /// of a batch retired since the last open, truncation or rollover.
     padded_to_block: bool,
+    /// The last batch retired was written as a single block.
+    last_batch_one_block: bool,
     pub(super) queue: VecDeque<Sealed>,
     /// Batches whose writes have started and not completed, in order.
     pub(super) flights: VecDeque<Flight>,
@@ -432,6 +434,7 @@ impl State {
             pos,
             tail,
             padded_to_block: false,
+            last_batch_one_block: false,
             queue: VecDeque::new(),
             flights: VecDeque::new(),
             next_batch_id: 1,
@@ -624,6 +627,7 @@ pub(super) fn retire(shared: &Shared, st: &mut State, slab: &Arc<Slab>, records:
         return;
     }
     st.padded_to_block = true;
+    st.last_batch_one_block = len <= block;
     let last_lsn = slab.first_lsn + records - 1;
     if let Some(seg) = st.segments.last_mut().filter(|s| s.seq == slab.seq) {
         seg.first_lsn.get_or_insert(slab.first_lsn);
@@ -662,7 +666,7 @@ pub(super) fn install_room<'a>(
 /// checked that they fit in the segment).
 fn install_slab(shared: &Shared, st: &mut State, need: usize) {
     let block = shared.spec.block_size;
-    if shared.options.batch_start == BatchStart::FreshBlock {
+    if shared.options.batch_start != BatchStart::RewriteTail {
         // Start on a fresh block (with several writes in flight, two of
         // them must never cover the same block: which lands last is
         // unknown).
@@ -706,12 +710,17 @@ fn install_slab(shared: &Shared, st: &mut State, need: usize) {
 
 /// Where the next batch starts writing records, if the append position is
 /// the current one: right there (rewriting the partial block), or at the
-/// next block boundary with `BatchStart::FreshBlock` — but only if
+/// next block boundary as `BatchStart` says — but only if
 /// the rest of the block is zero padding of a batch of this life: after an
 /// open or a truncation it may hold a torn record, which recovery would
 /// stop at, so the first batch rewrites it.
 fn batch_start(shared: &Shared, st: &State) -> u64 {
-    if shared.options.batch_start == BatchStart::FreshBlock && st.padded_to_block {
+    let fresh = match shared.options.batch_start {
+        BatchStart::RewriteTail => false,
+        BatchStart::Auto => st.last_batch_one_block,
+        BatchStart::FreshBlock => true,
+    };
+    if fresh && st.padded_to_block {
         st.pos.next_multiple_of(shared.spec.block_size as u64)
     } else {
         st.pos
