@@ -284,6 +284,13 @@ fn run_round(
                     .collect();
                 (segs, s.stop, s.valid_after_damage)
             });
+            if let Ok(d) = std::env::var("KEEL_CRASH_DUMP") {
+                for name in sim.read_dir(dir).unwrap_or_default() {
+                    if let Some(bytes) = sim.contents(&dir.join(&name)) {
+                        let _ = std::fs::write(format!("{d}/{name}"), bytes);
+                    }
+                }
+            }
             return Err(format!("open failed without a crash: {e}; scan: {scan:?}"));
         }
     };

@@ -25,8 +25,8 @@ const _: () = assert!(SEGMENT_HEADER_BYTES == 64);
 const RH_CRC: usize = 0;
 const RH_LEN: usize = RH_CRC + 4;
 const RH_LSN: usize = RH_LEN + 4;
-const RH_SEQ: usize = RH_LSN + 8;
-const RH_SALT: usize = RH_SEQ + 8;
+pub(super) const RH_SEQ: usize = RH_LSN + 8;
+pub(super) const RH_SALT: usize = RH_SEQ + 8;
 const RH_FLAGS: usize = RH_SALT + 4;
 const RH_RESERVED: usize = RH_FLAGS + 2;
 /// Size of a record header.

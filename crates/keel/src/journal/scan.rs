@@ -16,7 +16,7 @@ use std::sync::Arc;
 
 use super::format::{
     parse_segment_file_name, HeaderError, RecordError, RecordHeader, SegmentHeader,
-    FLAG_EPOCH_START, RECORD_HEADER_BYTES,
+    FLAG_EPOCH_START, RECORD_HEADER_BYTES, RH_SALT, RH_SEQ,
 };
 use super::JournalError;
 use crate::io::{OpenMode, OpenOptions, Vfs, VfsFile};
@@ -124,6 +124,14 @@ pub struct Scan {
     /// are created and recycled only above the active one), so the records
     /// it held are lost to damage.
     pub damaged_before_chain: Option<u64>,
+    /// The segment right after the chain's last one, when it holds records
+    /// of the chain's last epoch beyond the chain's end: the first write
+    /// into it was torn, and the records that landed were never
+    /// acknowledged. Recovery zeroes them before the next append: were the
+    /// next epoch's first write torn in turn, they would look like
+    /// acknowledged records lost to corruption (their salt is the last
+    /// *recovered* one).
+    pub leftover_after_chain: Option<u64>,
 }
 
 /// Open a segment for reading (buffered, so no alignment rules apply).
@@ -231,8 +239,13 @@ enum Padding {
 /// Only the record with exactly the expected LSN is taken, so padding can
 /// never hide a lost record: a record is written once per epoch, at one
 /// place, and if that place were `pos` its header would not be zeros.
-/// Zeros followed by damage — nonzero bytes later in the block, or a torn
-/// record at the boundary — are damage, not a clean end.
+/// Zeros followed by nonzero bytes later in the block are damage (the
+/// padding was written with the batch before it). At the boundary, bytes
+/// that do not decode are damage only if they carry this segment's
+/// sequence and the chain's salt where a record header has them (a torn
+/// or corrupted record of this epoch); anything else there is what a
+/// recycled segment holds beyond the last write — a clean end, as with
+/// zeros.
 fn padding(
     bytes: &[u8],
     pos: usize,
@@ -261,7 +274,18 @@ fn padding(
     match RecordHeader::decode(&bytes[next..]) {
         Ok((h, _)) if accepted(&h, seq, cursor) => Padding::Continue(next),
         Ok(_) | Err(RecordError::Zeros) => Padding::End(StopReason::CleanEnd),
-        Err(e) => Padding::End(StopReason::Damaged(e)),
+        Err(e) => {
+            let at = |off: usize, n: usize| &bytes[next + off..next + off + n];
+            let ours = at(RH_SEQ, 8) == seq.to_le_bytes()
+                && cursor
+                    .salt
+                    .is_some_and(|s| at(RH_SALT, 4) == s.to_le_bytes());
+            Padding::End(if ours {
+                StopReason::Damaged(e)
+            } else {
+                StopReason::CleanEnd
+            })
+        }
     }
 }
 
@@ -315,6 +339,7 @@ pub fn scan(vfs: &dyn Vfs, dir: &Path, tolerated_damage_bytes: u64) -> Result<Sc
         stop: None,
         valid_after_damage: None,
         damaged_before_chain: None,
+        leftover_after_chain: None,
     };
     let mut chain = ChainWalk {
         cursor: ChainCursor {
@@ -373,6 +398,17 @@ pub fn scan(vfs: &dyn Vfs, dir: &Path, tolerated_damage_bytes: u64) -> Result<Sc
         }
         if let (Some((from, above)), false) = (search, chain.open) {
             look_past_chain(&mut out, &chain.cursor, &bytes, seq, from, above);
+            let block = seg.header.map_or(0, |h| h.block_size as usize);
+            let next_to_chain = chain.prev_seq.is_some_and(|p| p + 1 == seq);
+            if let (true, Some(salt), Some(exp)) = (
+                next_to_chain && block > 0,
+                chain.cursor.salt,
+                chain.cursor.expected_lsn,
+            ) {
+                if find_valid_after(&bytes, seq, block, Some(salt), exp - 1).is_some() {
+                    out.leftover_after_chain = Some(seq);
+                }
+            }
         }
         out.segments.push(seg);
     }

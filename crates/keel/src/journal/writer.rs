@@ -1001,6 +1001,7 @@ fn truncate_quiet(shared: &Shared, st: &mut State, lsn: Lsn) -> Result<(), Journ
     let result = (|| -> Result<(), JournalError> {
         let active_pos = st.pos;
         let later: Vec<SegMeta> = st.segments[idx..].to_vec();
+
         for (i, seg) in later.iter().enumerate().rev() {
             let file = if seg.seq == st.active.seq {
                 Arc::clone(&st.active.file)
@@ -1008,8 +1009,12 @@ fn truncate_quiet(shared: &Shared, st: &mut State, lsn: Lsn) -> Result<(), Journ
                 shared.spec.open(shared.vfs.as_ref(), seg.seq)?.file
             };
             let start = if i == 0 { cut_block } else { block as u64 };
+            // In the active segment, past the append position too: a torn
+            // write of an earlier life may have left records there, of the
+            // epoch that the cut chain now ends in.
             let end = if seg.seq == st.active.seq {
-                active_pos
+                let reach = super::tolerated_damage_bytes(shared.options.max_write_bytes);
+                (active_pos + reach).min(shared.spec.segment_size)
             } else {
                 shared.spec.segment_size
             };
