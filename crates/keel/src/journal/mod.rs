@@ -19,6 +19,7 @@ mod leader;
 mod open;
 mod scan;
 mod segments;
+mod truncate;
 mod writer;
 
 use std::path::{Path, PathBuf};
@@ -355,7 +356,7 @@ impl Journal {
     /// prefix of the discarded ones (zeros are written from the end
     /// backwards); call it again after reopening.
     pub fn truncate_after(&self, lsn: Lsn) -> Result<(), JournalError> {
-        writer::truncate_after(&self.shared, lsn)
+        truncate::truncate_after(&self.shared, lsn)
     }
 
     /// What recovery found at open.

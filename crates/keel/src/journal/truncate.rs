@@ -1,0 +1,193 @@
+//! `truncate_after`: durably discarding the tail of the journal (a
+//! replicated log dropping a conflicting suffix). The protocol is in
+//! `docs/format.md`, "`truncate_after(lsn)`".
+
+use std::collections::VecDeque;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use super::leader::wait_batch;
+use super::scan::{self, ChainCursor};
+use super::segments::ReadySegment;
+use super::writer::{
+    install_room, install_slab, new_salt, poison_all, retire, SegMeta, Shared, State,
+};
+use super::{JournalError, Lsn};
+use crate::io::{AlignedBuf, VfsFile};
+
+/// Durably discard every record after `lsn`.
+pub(super) fn truncate_after(shared: &Shared, lsn: Lsn) -> Result<(), JournalError> {
+    // Close the open batch and let everything queued reach the disk, until
+    // the journal is quiet with no open batch: appends then wait on the
+    // mutex while the tail is rewritten.
+    let mut st = loop {
+        let mut st = shared.lock();
+        if let Some(e) = &st.poisoned {
+            return Err(JournalError::Poisoned(e.clone()));
+        }
+        let Some(slab) = shared.open.load_full() else {
+            // A rollover waits for a spare segment.
+            let _unused = shared.spare_cv.wait(st).unwrap_or_else(|p| p.into_inner());
+            continue;
+        };
+        let (records, len) = slab.seal();
+        retire(shared, &mut st, &slab, records, len);
+        shared.open.store(None);
+        if records == 0 && st.queue.is_empty() && st.flights.is_empty() {
+            break st;
+        }
+        let target =
+            (st.queue.back().map(|b| b.slab.id)).or_else(|| st.flights.back().map(|f| f.id()));
+        let st = install_room(shared, st, 0)?;
+        drop(st);
+        match target {
+            Some(id) => wait_batch(shared, id)?,
+            None => std::thread::yield_now(),
+        }
+    };
+    match truncate_quiet(shared, &mut st, lsn) {
+        // A failed read, write or reopen leaves the files in doubt: stop.
+        Err(JournalError::Io(e)) => Err(JournalError::Poisoned(poison_all(shared, st, e))),
+        result => {
+            install_slab(shared, &mut st, 0);
+            drop(st);
+            shared.spare_cv.notify_all();
+            result
+        }
+    }
+}
+
+/// The truncation itself, with the journal quiet and locked.
+fn truncate_quiet(shared: &Shared, st: &mut State, lsn: Lsn) -> Result<(), JournalError> {
+    if lsn + 1 >= st.next_lsn {
+        return Ok(());
+    }
+    let first = st
+        .segments
+        .iter()
+        .find_map(|s| s.first_lsn)
+        .unwrap_or(st.next_lsn);
+    if lsn + 1 < first {
+        return Err(JournalError::TruncateBeforeStart { lsn, first });
+    }
+    let idx = st
+        .segments
+        .iter()
+        .position(|s| {
+            s.first_lsn.is_some_and(|f| f <= lsn + 1) && s.last_lsn.is_some_and(|l| l > lsn)
+        })
+        .expect("a segment holds lsn + 1");
+    let block = shared.spec.block_size;
+    let bytes = scan::read_segment(shared.vfs.as_ref(), &st.segments[idx].path)?;
+    let seq = st.segments[idx].seq;
+    let mut cursor = ChainCursor {
+        expected_lsn: st.segments[idx].first_lsn,
+        salt: None,
+    };
+    let (records, _, _) = scan::walk_segment(&bytes, seq, block, &mut cursor);
+    let cut = records
+        .iter()
+        .find(|r| r.lsn == lsn + 1)
+        .map(|r| r.pos)
+        .expect("record lsn + 1");
+    let cut_block = cut / block as u64 * block as u64;
+    let tail = bytes[cut_block as usize..cut as usize].to_vec();
+    // Zero from the cut to the end of what was written, in this segment and
+    // every later one — backwards, from the last block written to the cut.
+    // A crash part-way then leaves an intact prefix of the old chain followed
+    // only by zeros: never a stale record beyond a zeroed gap, where a later
+    // epoch's appends could run into it and take it as their continuation.
+    let result = (|| -> Result<(), JournalError> {
+        let active_pos = st.pos;
+        let later: Vec<SegMeta> = st.segments[idx..].to_vec();
+
+        for (i, seg) in later.iter().enumerate().rev() {
+            let file = if seg.seq == st.active.seq {
+                Arc::clone(&st.active.file)
+            } else {
+                shared.spec.open(shared.vfs.as_ref(), seg.seq)?.file
+            };
+            let start = if i == 0 { cut_block } else { block as u64 };
+            // In the active segment, past the append position too: a torn
+            // write of an earlier life may have left records there, of the
+            // epoch that the cut chain now ends in.
+            let end = if seg.seq == st.active.seq {
+                let reach = super::tolerated_damage_bytes(shared.options.max_write_bytes);
+                (active_pos + reach).min(shared.spec.segment_size)
+            } else {
+                shared.spec.segment_size
+            };
+            let end = end.div_ceil(block as u64) * block as u64;
+            zero_durably(
+                shared,
+                file.as_ref(),
+                start,
+                end,
+                if i == 0 { &tail } else { &[] },
+            )?;
+        }
+        Ok(())
+    })();
+    result?;
+    // Later segments become spares again (their headers are intact). Open
+    // every file before changing any state: a failure poisons the journal,
+    // which must still be consistent.
+    let reopened = (|| -> Result<(VecDeque<ReadySegment>, ReadySegment), JournalError> {
+        let mut spares = VecDeque::new();
+        for seg in &st.segments[idx + 1..] {
+            if seg.seq == st.active.seq {
+                spares.push_back(st.active.clone());
+            } else {
+                spares.push_back(shared.spec.open(shared.vfs.as_ref(), seg.seq)?);
+            }
+        }
+        Ok((spares, shared.spec.open(shared.vfs.as_ref(), seq)?))
+    })();
+    let (mut spares, active) = reopened?;
+    st.segments.truncate(idx + 1);
+    spares.extend(st.spares.drain(..));
+    st.spares = spares;
+    let target = &mut st.segments[idx];
+    target.last_lsn = if lsn >= target.first_lsn.unwrap_or(u64::MAX) {
+        Some(lsn)
+    } else {
+        None
+    };
+    if target.last_lsn.is_none() {
+        target.first_lsn = None;
+    }
+    st.active = active;
+    st.pos = cut;
+    st.tail = tail;
+    st.padded_to_block = false;
+    st.next_lsn = lsn + 1;
+    st.salt = new_salt(st.salt);
+    st.epoch_start_pending = true;
+    shared.durable_lsn.store(lsn, Ordering::Release);
+    Ok(())
+}
+
+/// Durably write `prefix` then zeros over `[start, end)` of `file`, in
+/// chunks from the end backwards (the chunk holding `prefix` last).
+fn zero_durably(
+    shared: &Shared,
+    file: &dyn VfsFile,
+    start: u64,
+    end: u64,
+    prefix: &[u8],
+) -> Result<(), JournalError> {
+    let block = shared.spec.block_size;
+    let chunk_len = (super::TRUNCATE_CHUNK_BYTES as u64).max(block as u64);
+    let mut buf = AlignedBuf::new(chunk_len as usize, block);
+    let chunks = (end.saturating_sub(start)).div_ceil(chunk_len);
+    for k in (0..chunks).rev() {
+        let off = start + k * chunk_len;
+        let n = (end - off).min(chunk_len) as usize;
+        buf[..n].fill(0);
+        if k == 0 {
+            buf[..prefix.len()].copy_from_slice(prefix);
+        }
+        shared.spec.method.write_durably(file, &buf[..n], off)?;
+    }
+    Ok(())
+}
