@@ -91,7 +91,13 @@ pub(super) fn open(
     let (spares, free) = classify_leftovers(vfs.as_ref(), &spec, &found.segments, &active)?;
     if let Some(seq) = found.leftover_after_chain {
         if let Some(spare) = spares.iter().find(|s| s.seq == seq) {
-            zero_leftovers(&spec, spare, tolerated)?;
+            // Where a torn first write left records of the recovered epoch
+            // (see `Scan::leftover_after_chain`): within `tolerated` bytes
+            // of the first block. A crash meanwhile leaves the journal as
+            // it was; the next open does this again.
+            let block = spec.block_size as u64;
+            let end = (block + tolerated).min(spec.segment_size);
+            super::truncate::zero_durably(&spec, spare.file.as_ref(), block, end, &[])?;
         }
     }
     let next_lsn = found.last_lsn.map_or(1, |l| l + 1);
@@ -135,30 +141,6 @@ pub(super) fn open(
         flusher: Some(flusher),
         report,
     })
-}
-
-/// Durably zero the start of `spare`, where a torn first write left records
-/// of the recovered epoch (see `Scan::leftover_after_chain`): the writes a
-/// crash can leave there lie within `tolerated` bytes of its first block.
-/// A crash meanwhile leaves the journal as it was; the next open does this
-/// again.
-fn zero_leftovers(
-    spec: &SegmentSpec,
-    spare: &ReadySegment,
-    tolerated: u64,
-) -> Result<(), JournalError> {
-    let block = spec.block_size as u64;
-    let end = (block + tolerated).min(spec.segment_size);
-    let chunk = super::TRUNCATE_CHUNK_BYTES as u64;
-    let zeros = crate::io::AlignedBuf::new(chunk as usize, spec.block_size);
-    let mut at = block;
-    while at < end {
-        let n = (end - at).min(chunk) as usize;
-        spec.method
-            .write_durably(spare.file.as_ref(), &zeros[..n], at)?;
-        at += n as u64;
-    }
-    Ok(())
 }
 
 /// `RecoveryMode::RefuseCorruption`: fail if the scan found damage that a

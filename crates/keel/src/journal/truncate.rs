@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use super::leader::wait_batch;
 use super::scan::{self, ChainCursor};
-use super::segments::ReadySegment;
+use super::segments::{ReadySegment, SegmentSpec};
 use super::writer::{
     install_room, install_slab, new_salt, poison_all, retire, SegMeta, Shared, State,
 };
@@ -119,7 +119,7 @@ fn truncate_quiet(shared: &Shared, st: &mut State, lsn: Lsn) -> Result<(), Journ
             };
             let end = end.div_ceil(block as u64) * block as u64;
             zero_durably(
-                shared,
+                &shared.spec,
                 file.as_ref(),
                 start,
                 end,
@@ -169,14 +169,14 @@ fn truncate_quiet(shared: &Shared, st: &mut State, lsn: Lsn) -> Result<(), Journ
 
 /// Durably write `prefix` then zeros over `[start, end)` of `file`, in
 /// chunks from the end backwards (the chunk holding `prefix` last).
-fn zero_durably(
-    shared: &Shared,
+pub(super) fn zero_durably(
+    spec: &SegmentSpec,
     file: &dyn VfsFile,
     start: u64,
     end: u64,
     prefix: &[u8],
 ) -> Result<(), JournalError> {
-    let block = shared.spec.block_size;
+    let block = spec.block_size;
     let chunk_len = (super::TRUNCATE_CHUNK_BYTES as u64).max(block as u64);
     let mut buf = AlignedBuf::new(chunk_len as usize, block);
     let chunks = (end.saturating_sub(start)).div_ceil(chunk_len);
@@ -187,7 +187,7 @@ fn zero_durably(
         if k == 0 {
             buf[..prefix.len()].copy_from_slice(prefix);
         }
-        shared.spec.method.write_durably(file, &buf[..n], off)?;
+        spec.method.write_durably(file, &buf[..n], off)?;
     }
     Ok(())
 }
