@@ -264,6 +264,54 @@ impl Spec {
         Ok(())
     }
 
+    /// The `keel bench commit` arguments that run this spec in `dir`: the
+    /// protocol's flags in the protocol's order, then Keel's own.
+    pub fn command_args(&self, dir: &Path) -> Vec<String> {
+        let name = |v: Option<clap::builder::PossibleValue>| {
+            v.map_or_else(String::new, |p| p.get_name().to_string())
+        };
+        let mut args: Vec<String> = vec![
+            "--workload".into(),
+            self.workload.name().into(),
+            "--threads".into(),
+            self.threads.to_string(),
+            "--size".into(),
+            self.size.to_string(),
+            "--count".into(),
+            self.count.to_string(),
+            "--duration".into(),
+            self.duration.to_string(),
+            "--dir".into(),
+            dir.display().to_string(),
+            "--batch".into(),
+            self.batch.to_string(),
+            "--engine".into(),
+            name(self.engine.to_possible_value()),
+        ];
+        if let Some(m) = self.method {
+            args.extend(["--method".into(), m.name().into()]);
+        }
+        if self.engine == Engine::Journal {
+            args.extend(["--segment-size".into(), self.segment_size.to_string()]);
+            if let Some(l) = self.lz4 {
+                args.extend(["--lz4".into(), l.to_string()]);
+            }
+            args.extend([
+                "--writes-in-flight".into(),
+                self.writes_in_flight.to_string(),
+                "--batch-start".into(),
+                self.batch_start.name().into(),
+            ]);
+        }
+        if self.values != Values::Random {
+            args.extend(["--values".into(), name(self.values.to_possible_value())]);
+        }
+        if let Some(p) = self.preallocate {
+            args.extend(["--preallocate".into(), p.to_string()]);
+        }
+        args
+    }
+
     /// Bytes of one transaction as committed: the journal's record (see
     /// the module comment), or the raw floor's bare keys and values.
     pub fn record_bytes(&self) -> usize {

@@ -8,16 +8,21 @@
 //! just before the journal at that count. Odd rounds run the same list
 //! backwards, so each pair alternates which goes first. The table gives
 //! medians over the rounds and the ratio of the medians.
+//!
+//! Every run is a `keel bench commit` process of its own, with the
+//! protocol's flags, as an outside harness runs it: no run inherits the
+//! heap, threads or page mappings of the one before, and each run's
+//! context switches and CPU time are its own process's.
 
 use std::path::{Path, PathBuf};
-use std::process::ExitCode;
+use std::process::{Command, ExitCode, Stdio};
+
+use anyhow::Context;
 
 use clap::{Args, ValueEnum};
 use serde_json::json;
 
-use super::commit::{
-    run_one, with_dir, BatchStartArg, Engine, JournalFlags, Outcome, Spec, Workload,
-};
+use super::commit::{with_dir, BatchStartArg, Engine, JournalFlags, Spec, Workload};
 use super::report::{median, number, progress, Align, Machine, Table};
 use crate::util::Size;
 
@@ -94,7 +99,50 @@ struct Run {
     config: Config,
     engine: Engine,
     round: u32,
-    outcome: Outcome,
+    /// The `keel bench commit` arguments of the run.
+    args: Vec<String>,
+    /// Its JSON line.
+    result: serde_json::Value,
+}
+
+impl Run {
+    fn commits_per_s(&self) -> f64 {
+        self.result["commits_per_s"].as_f64().unwrap_or(f64::NAN)
+    }
+}
+
+/// One run as a process of its own: `keel bench commit` with `spec`'s
+/// flags; its JSON line, or the error it reported.
+fn run_child(spec: &Spec, dir: &Path) -> anyhow::Result<(Vec<String>, serde_json::Value)> {
+    let exe = std::env::current_exe().context("finding the keel executable")?;
+    let mut args: Vec<String> = vec!["bench".into(), "commit".into()];
+    args.extend(spec.command_args(dir));
+    let out = Command::new(&exe)
+        .args(&args)
+        .stdin(Stdio::null())
+        .stderr(Stdio::piped())
+        .output()
+        .with_context(|| format!("running {}", exe.display()))?;
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let line = stdout.lines().last().unwrap_or("");
+    let v: Option<serde_json::Value> = serde_json::from_str(line).ok();
+    let shown = || format!("keel {}", args.join(" "));
+    match v {
+        Some(v) if out.status.success() && v["commits_per_s"].is_number() => Ok((args, v)),
+        Some(v) if v["error"].is_string() => {
+            anyhow::bail!(
+                "`{}` failed: {}",
+                shown(),
+                v["error"].as_str().unwrap_or("")
+            )
+        }
+        _ => anyhow::bail!(
+            "`{}` failed ({}): {}",
+            shown(),
+            out.status,
+            String::from_utf8_lossy(&out.stderr).trim()
+        ),
+    }
 }
 
 pub fn run(mut a: JournalArgs) -> anyhow::Result<ExitCode> {
@@ -238,18 +286,20 @@ fn run_in(a: &JournalArgs, dir: &Path) -> anyhow::Result<ExitCode> {
                 }
             );
             bar.set_message(label.clone());
-            let outcome = run_one(&s, dir)?;
-            if bar.is_hidden() {
-                eprintln!("{label} {:>9.0} commits/s", outcome.commits_per_s());
-            } else {
-                bar.inc(1);
-            }
-            runs.push(Run {
+            let (args, result) = run_child(&s, dir)?;
+            let run = Run {
                 config,
                 engine,
                 round,
-                outcome,
-            });
+                args,
+                result,
+            };
+            if bar.is_hidden() {
+                eprintln!("{label} {:>9.0} commits/s", run.commits_per_s());
+            } else {
+                bar.inc(1);
+            }
+            runs.push(run);
         }
     }
     bar.finish_and_clear();
@@ -269,12 +319,13 @@ fn run_in(a: &JournalArgs, dir: &Path) -> anyhow::Result<ExitCode> {
                 "batch_start": r.config.start.name(),
                 "engine": if r.engine == Engine::Raw { "raw" } else { "journal" },
                 "round": r.round + 1,
-                "result": r.outcome.to_json(&spec(a, r.config, r.engine)),
+                "command": format!("keel {}", r.args.join(" ")),
+                "result": r.result,
             })).collect::<Vec<_>>(),
         });
         println!("{out}");
     } else {
-        print!("{}", render(a, &rows, &command, &machine));
+        print!("{}", render(a, &rows, &runs, &command, &machine));
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -294,14 +345,10 @@ fn summarize(a: &JournalArgs, runs: &[Run]) -> Vec<serde_json::Value> {
                 .iter()
                 .filter(|r| r.engine == Engine::Journal && r.config == c)
                 .collect();
-            journal.sort_by(|x, y| {
-                x.outcome
-                    .commits_per_s()
-                    .total_cmp(&y.outcome.commits_per_s())
-            });
+            journal.sort_by(|x, y| x.commits_per_s().total_cmp(&y.commits_per_s()));
             // The run at the median (the lower middle one for an even count).
-            let mid = &journal[(journal.len() - 1) / 2].outcome;
-            let j_rates: Vec<f64> = journal.iter().map(|r| r.outcome.commits_per_s()).collect();
+            let mid = &journal[(journal.len() - 1) / 2].result;
+            let j_rates: Vec<f64> = journal.iter().map(|r| r.commits_per_s()).collect();
             let j_median = median(&j_rates).unwrap_or(f64::NAN);
             let raw_threads = match a.raw_threads {
                 RawThreads::One => 1,
@@ -315,7 +362,7 @@ fn summarize(a: &JournalArgs, runs: &[Run]) -> Vec<serde_json::Value> {
                         && r.config.size == c.size
                         && r.config.threads == raw_threads
                 })
-                .map(|r| r.outcome.commits_per_s())
+                .map(|r| r.commits_per_s())
                 .collect();
             let raw_median = median(&raw);
             json!({
@@ -324,17 +371,17 @@ fn summarize(a: &JournalArgs, runs: &[Run]) -> Vec<serde_json::Value> {
                 "size": c.size,
                 "writes_in_flight": c.in_flight,
                 "batch_start": c.start.name(),
-                "journal_commits_per_s": journal.iter().map(|r| r.outcome.commits_per_s().round()).collect::<Vec<_>>(),
+                "journal_commits_per_s": journal.iter().map(|r| r.commits_per_s().round()).collect::<Vec<_>>(),
                 "journal_median": j_median.round(),
                 "raw_commits_per_s": raw.iter().map(|x| x.round()).collect::<Vec<_>>(),
                 "raw_median": raw_median.map(f64::round),
                 "raw_threads": (!raw.is_empty()).then_some(raw_threads),
                 "ratio": raw_median.map(|r| (j_median / r * 1000.0).round() / 1000.0),
-                "p50_us": mid.latency.quantile_us(0.5),
-                "p99_us": mid.latency.quantile_us(0.99),
-                "context_switches_per_commit": (mid.cs_per_commit() * 100.0).round() / 100.0,
-                "cpu_us_per_commit": (mid.cpu_us_per_commit() * 10.0).round() / 10.0,
-                "records_per_write": mid.info["records_per_write"].clone(),
+                "p50_us": mid["p50_us"].clone(),
+                "p99_us": mid["p99_us"].clone(),
+                "context_switches_per_commit": mid["info"]["context_switches_per_commit"].clone(),
+                "cpu_us_per_commit": mid["info"]["cpu_us_per_commit"].clone(),
+                "records_per_write": mid["info"]["records_per_write"].clone(),
                 "duration_s": if c.workload == Workload::W1 { None } else { Some(a.duration) },
             })
         })
@@ -344,6 +391,7 @@ fn summarize(a: &JournalArgs, runs: &[Run]) -> Vec<serde_json::Value> {
 fn render(
     a: &JournalArgs,
     rows: &[serde_json::Value],
+    runs: &[Run],
     command: &[String],
     machine: &Machine,
 ) -> String {
@@ -395,9 +443,26 @@ fn render(
          Raw floor: {raw_who}, one O_DIRECT|O_DSYNC pwrite of the key and value (zero-padded \
          to the block) per commit into a zero-filled file. Ratio = journal median / raw median (w2: \
          {w2_floor}). W = journal writes in flight at most. cs = context switches of the \
-         whole process.\n\n",
+         run's whole process (each run is a `keel bench commit` process of its own).\n\n",
         a.rounds, a.count, a.duration
     );
     out += &t.render();
+    // The exact invocations, so that any row can be rerun by hand (the
+    // other rows differ in --workload, --threads, --size and the
+    // journal's flags).
+    let mut shown: Vec<Engine> = Vec::new();
+    for r in runs.iter().filter(|r| r.round == 0) {
+        if !shown.contains(&r.engine) {
+            shown.push(r.engine);
+            out += &format!(
+                "\nA {} run: `keel {}`",
+                r.result["info"]["engine"].as_str().unwrap_or("?"),
+                r.args.join(" ")
+            );
+        }
+    }
+    if !shown.is_empty() {
+        out += "\n";
+    }
     out
 }
