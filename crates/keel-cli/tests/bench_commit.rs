@@ -208,6 +208,54 @@ fn vs_raw_quick_prints_ratios() {
         assert!(r["raw_median"].as_f64().unwrap() > 0.0, "{r}");
         assert_eq!(r["raw_threads"], 1, "the protocol's one-thread floor: {r}");
     }
+    // Each run is a `keel bench commit` process with the protocol's flags,
+    // first and in the protocol's order; its result is that process's line.
+    let runs = v["runs"].as_array().unwrap();
+    assert_eq!(
+        runs.len(),
+        5,
+        "raw and journal w1, raw w2, journal w2 T=1 and 16: {v}"
+    );
+    for r in runs {
+        let cmd = r["command"].as_str().unwrap();
+        let flags: Vec<&str> = cmd.split(' ').filter(|w| w.starts_with("--")).collect();
+        assert!(cmd.starts_with("keel bench commit --workload "), "{cmd}");
+        assert_eq!(
+            flags[..7],
+            [
+                "--workload",
+                "--threads",
+                "--size",
+                "--count",
+                "--duration",
+                "--dir",
+                "--batch"
+            ],
+            "{cmd}"
+        );
+        assert!(
+            cmd.contains(&format!("--engine {}", r["engine"].as_str().unwrap())),
+            "{cmd}"
+        );
+        assert_eq!(r["result"]["info"]["engine"], r["engine"], "{r}");
+        assert!(r["result"]["commits_per_s"].as_f64().unwrap() > 0.0, "{r}");
+    }
+    // A failing run reports the command it ran.
+    let out = keel()
+        .args([
+            "bench",
+            "journal",
+            "--quick",
+            "--segment-size",
+            "4K",
+            "--dir",
+        ])
+        .arg(&dir)
+        .output()
+        .unwrap();
+    assert!(!out.status.success(), "{out:?}");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("keel bench commit --workload"), "{err}");
     // The floor at every T, in the table.
     let out = keel()
         .args([
