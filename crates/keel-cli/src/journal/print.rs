@@ -27,6 +27,9 @@ pub fn render(r: &Report) -> String {
     for p in &r.problems {
         out += &format!("problem [{}]: {}\n", p.kind, p.message);
     }
+    for n in &r.notices {
+        out += &format!("note [{}]: {}\n", n.kind, n.message);
+    }
     let word = match r.status {
         Status::Clean => "CLEAN",
         Status::TornTail => "TORN TAIL",

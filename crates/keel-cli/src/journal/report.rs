@@ -55,6 +55,9 @@ pub struct Report {
     pub stop: Option<StopRow>,
     /// Each reason for the `corrupt` status.
     pub problems: Vec<Problem>,
+    /// What recovery will tidy that is not damage (same fields as a
+    /// problem).
+    pub notices: Vec<Problem>,
     /// The records listed by `dump --records`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub listed_records: Option<Vec<RecordRow>>,
@@ -169,6 +172,7 @@ fn unreadable(dir: &Path, kind: &'static str, e: JournalError) -> Report {
             offset: None,
             message: e.to_string(),
         }],
+        notices: Vec::new(),
         listed_records: None,
         error: Some(e.to_string()),
     }
@@ -297,6 +301,25 @@ fn problems(scan: &Scan) -> Vec<Problem> {
     out
 }
 
+/// What recovery will tidy that is not damage.
+fn notices(scan: &Scan) -> Vec<Problem> {
+    let mut out = Vec::new();
+    if let Some(seq) = scan.leftover_after_chain {
+        out.push(Problem {
+            kind: "unacknowledged_records_after_chain",
+            segment: Some(seq),
+            offset: None,
+            message: format!(
+                "segment {seq} holds valid records of the last epoch past the end of the \
+                 chain, within reach of the torn write the chain stops at: that write was cut \
+                 short, so they were never acknowledged; opening the journal for writing zeroes \
+                 them before its first append"
+            ),
+        });
+    }
+    out
+}
+
 fn from_scan(dir: &Path, scan: &Scan) -> Report {
     let chain: Vec<&SegmentScan> = scan.segments.iter().filter(|s| s.in_chain).collect();
     let records: u64 = chain.iter().map(|s| s.records.len() as u64).sum();
@@ -305,6 +328,7 @@ fn from_scan(dir: &Path, scan: &Scan) -> Report {
         .as_ref()
         .map(|(seq, pos, reason)| stop_row(scan, *seq, *pos, reason));
     let problems = problems(scan);
+    let notices = notices(scan);
     let status = if !problems.is_empty() {
         Status::Corrupt
     } else if matches!(&scan.stop, Some((_, _, StopReason::Damaged(_)))) {
@@ -321,6 +345,11 @@ fn from_scan(dir: &Path, scan: &Scan) -> Report {
     });
     let summary = match status {
         Status::Clean => format!("clean: {kept} in {} segment(s); ends{at}", chain.len()),
+        Status::TornTail if scan.leftover_after_chain.is_some() => format!(
+            "torn tail: recovery keeps {kept} and discards the damaged tail{at}; what valid \
+             records follow it lie within that torn write's reach and were never acknowledged \
+             (opening the journal zeroes them), as after a write cut short by a crash"
+        ),
         Status::TornTail => format!(
             "torn tail: recovery keeps {kept} and discards the damaged tail{at}; nothing valid \
              follows it, as after a write cut short by a crash"
@@ -339,6 +368,7 @@ fn from_scan(dir: &Path, scan: &Scan) -> Report {
         last_lsn: scan.last_lsn,
         stop,
         problems,
+        notices,
         listed_records: None,
         error: None,
     }

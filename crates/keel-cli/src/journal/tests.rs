@@ -109,3 +109,29 @@ fn missing_journal_is_an_error() {
     let e = build(vfs.as_ref(), Path::new("/empty"), None).unwrap_err();
     assert!(e.to_string().contains("not a journal"), "{e}");
 }
+
+#[test]
+fn records_past_a_torn_first_write_are_a_notice() {
+    // The chain ends in segment 3's first record; valid records of the same
+    // epoch follow it within one torn write's reach, as when the first
+    // write into a segment is torn: never acknowledged, not corruption.
+    let (vfs, dir) = journal(45);
+    vfs.corrupt(&seg(&dir, 3), 4096 + 40, &[0x55]).unwrap();
+    let r = build(vfs.as_ref(), &dir, None).unwrap();
+    assert_eq!(r.status, Status::TornTail, "{}", r.summary);
+    assert_eq!(r.records, 30);
+    assert!(r.problems.is_empty(), "{:?}", r.problems);
+    assert_eq!(r.notices.len(), 1, "{:?}", r.notices);
+    assert_eq!(r.notices[0].kind, "unacknowledged_records_after_chain");
+    assert_eq!(r.notices[0].segment, Some(3));
+    assert!(r.summary.contains("zeroes them"), "{}", r.summary);
+    let text = super::print::render(&r);
+    assert!(
+        text.contains("note [unacknowledged_records_after_chain]"),
+        "{text}"
+    );
+    // A torn last record with nothing after it: no notice.
+    let (vfs, dir) = journal(45);
+    let r = build(vfs.as_ref(), &dir, None).unwrap();
+    assert!(r.notices.is_empty(), "{:?}", r.notices);
+}
