@@ -345,15 +345,18 @@ fn from_scan(dir: &Path, scan: &Scan) -> Report {
     });
     let summary = match status {
         Status::Clean => format!("clean: {kept} in {} segment(s); ends{at}", chain.len()),
-        Status::TornTail if scan.leftover_after_chain.is_some() => format!(
-            "torn tail: recovery keeps {kept} and discards the damaged tail{at}; what valid \
-             records follow it lie within that torn write's reach and were never acknowledged \
-             (opening the journal zeroes them), as after a write cut short by a crash"
-        ),
-        Status::TornTail => format!(
-            "torn tail: recovery keeps {kept} and discards the damaged tail{at}; nothing valid \
-             follows it, as after a write cut short by a crash"
-        ),
+        Status::TornTail => {
+            let after = if scan.leftover_after_chain.is_some() {
+                "what valid records follow it lie within that torn write's reach and were never \
+                 acknowledged (opening the journal zeroes them)"
+            } else {
+                "nothing valid follows it"
+            };
+            format!(
+                "torn tail: recovery keeps {kept} and discards the damaged tail{at}; {after}, as \
+                 after a write cut short by a crash"
+            )
+        }
         Status::Corrupt => format!("corrupt: {}", problems[0].message),
     };
     Report {

@@ -37,6 +37,12 @@ fn seg(dir: &Path, seq: u64) -> PathBuf {
     dir.join(format!("{seq:020}.seg"))
 }
 
+/// Flip a byte in the payload of segment `seq`'s first record (the block
+/// after the header).
+fn flip_first_record(vfs: &SimVfs, dir: &Path, seq: u64) {
+    vfs.corrupt(&seg(dir, seq), 4096 + 40, &[0x55]).unwrap();
+}
+
 #[test]
 fn clean_journal_lists_every_record() {
     let (vfs, dir) = journal(50);
@@ -83,7 +89,7 @@ fn damage_in_the_middle_is_corrupt() {
     let (vfs, dir) = journal(60);
     // A bit flip in the first record of segment 1: everything after is
     // valid, so records would be lost.
-    vfs.corrupt(&seg(&dir, 1), 4096 + 40, &[0x55]).unwrap();
+    flip_first_record(&vfs, &dir, 1);
     let r = build(vfs.as_ref(), &dir, None).unwrap();
     assert_eq!(r.status, Status::Corrupt, "{}", r.summary);
     assert_eq!(r.problems[0].kind, "damage_before_valid_records");
@@ -116,7 +122,7 @@ fn records_past_a_torn_first_write_are_a_notice() {
     // epoch follow it within one torn write's reach, as when the first
     // write into a segment is torn: never acknowledged, not corruption.
     let (vfs, dir) = journal(45);
-    vfs.corrupt(&seg(&dir, 3), 4096 + 40, &[0x55]).unwrap();
+    flip_first_record(&vfs, &dir, 3);
     let r = build(vfs.as_ref(), &dir, None).unwrap();
     assert_eq!(r.status, Status::TornTail, "{}", r.summary);
     assert_eq!(r.records, 30);
