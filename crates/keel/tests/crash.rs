@@ -279,7 +279,14 @@ fn run_round(
                             .iter()
                             .map(|r| (r.lsn, r.pos, r.salt, r.flags))
                             .collect();
-                        (g.seq, g.in_chain, recs, g.end_pos, g.stop.clone())
+                        (
+                            g.seq,
+                            g.header.map(|h| h.base_lsn),
+                            g.in_chain,
+                            recs,
+                            g.end_pos,
+                            g.stop.clone(),
+                        )
                     })
                     .collect();
                 (segs, s.stop, s.valid_after_damage)
@@ -370,8 +377,8 @@ fn run_seed(seed: u64, counts: &mut BTreeMap<Phase, u64>) -> Result<(), String> 
     // flight a later one can complete before an earlier one, and a crash
     // can catch several at once.
     sim.set_in_flight(0.5);
-    let dir = PathBuf::from("/journal");
-    sim.create_dir_all(&dir).unwrap();
+    // The journal creates its directory (durably) at the first open.
+    let dir = PathBuf::from("/data/journal");
     let mut rng = SmallRng::seed_from_u64(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15));
     let mut m = Model::default();
     for round in 0..ROUNDS_PER_SEED {

@@ -9,7 +9,7 @@
 
 use std::path::PathBuf;
 
-use keel::io::{SimVfs, Vfs, WriteMethod};
+use keel::io::{SimVfs, WriteMethod};
 use keel::journal::{self, Journal, JournalError, JournalOptions, Lsn, RecoveryMode};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
@@ -119,7 +119,7 @@ fn run_seed(seed: u64) -> Result<(bool, bool), String> {
     let mut rng = SmallRng::seed_from_u64(seed);
     let vfs = SimVfs::new(seed);
     let dir = PathBuf::from("/j");
-    vfs.create_dir_all(&dir).map_err(|e| e.to_string())?;
+    vfs.create_dir_durable(&dir).map_err(|e| e.to_string())?;
     let lz4 = seed % 3 == 0;
     let strict = options(RecoveryMode::RefuseCorruption, lz4);
     let lenient = options(RecoveryMode::StopAtFirstBad, lz4);

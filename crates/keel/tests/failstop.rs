@@ -11,7 +11,7 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
-use keel::io::{OpKind, SimVfs, Vfs, WriteMethod};
+use keel::io::{OpKind, SimVfs, WriteMethod};
 use keel::journal::{Journal, JournalError, JournalOptions, Lsn};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
@@ -37,7 +37,7 @@ struct Outcome {
 fn run(method: WriteMethod, kind: OpKind, nth: u64, errno: i32, seed: u64) {
     let sim = SimVfs::new(seed);
     let dir = PathBuf::from("/j");
-    sim.create_dir_all(&dir).unwrap();
+    sim.create_dir_durable(&dir).unwrap();
     let j = Arc::new(Journal::open(sim.clone(), &dir, options(method)).unwrap());
     // Counted from here: the failure lands among the commits.
     sim.fail_after(kind, nth, errno);

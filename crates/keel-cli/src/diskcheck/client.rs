@@ -158,7 +158,10 @@ pub fn check(vfs: &dyn Vfs, cfg: &WriteConfig) -> anyhow::Result<()> {
     }
     let existing = existing_len(vfs, &cfg.file)?;
     let needed = cfg.size_bytes.saturating_sub(existing);
-    let free = vfs.free_space(dir)?;
+    // Unknown (a file system that reports no size): the writes will say.
+    let Some(free) = vfs.free_space(dir)? else {
+        return Ok(());
+    };
     if needed > free {
         bail!(
             "not enough free space for {}: {needed} more bytes needed, {free} available; free some space or choose a smaller --size",

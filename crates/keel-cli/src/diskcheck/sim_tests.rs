@@ -50,7 +50,7 @@ fn disk_file() -> PathBuf {
 /// Create and fill the file honestly, before any fault is switched on:
 /// the test is about the run's writes, not the file's creation.
 fn prepare(disk: &SimVfs, method: WriteMethod) {
-    disk.create_dir_all(Path::new("/disk")).unwrap();
+    disk.create_dir_durable(Path::new("/disk")).unwrap();
     let f = disk.open(&disk_file(), method.open_options()).unwrap();
     f.zero_fill(0, BLOCKS * BLOCK_BYTES as u64).unwrap();
     f.sync(SyncKind::All).unwrap();

@@ -4,7 +4,7 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use keel::io::{SimVfs, Vfs, WriteMethod};
+use keel::io::{SimVfs, WriteMethod};
 use keel::journal::{Journal, JournalOptions};
 
 use super::report::{build, Status};
@@ -24,7 +24,7 @@ fn options() -> JournalOptions {
 fn journal(n: u64) -> (Arc<SimVfs>, PathBuf) {
     let vfs = SimVfs::new(7);
     let dir = PathBuf::from("/j");
-    vfs.create_dir_all(&dir).unwrap();
+    vfs.create_dir_durable(&dir).unwrap();
     let j = Journal::open(vfs.clone(), &dir, options()).unwrap();
     for i in 0..n {
         j.append(&vec![i as u8; 3000]).unwrap();
@@ -111,7 +111,7 @@ fn damaged_header_is_corrupt() {
 #[test]
 fn missing_journal_is_an_error() {
     let vfs = SimVfs::new(1);
-    vfs.create_dir_all(Path::new("/empty")).unwrap();
+    vfs.create_dir_durable(Path::new("/empty")).unwrap();
     let e = build(vfs.as_ref(), Path::new("/empty"), None).unwrap_err();
     assert!(e.to_string().contains("not a journal"), "{e}");
 }

@@ -167,8 +167,11 @@ pub trait Vfs: Send + Sync + Debug {
     fn lock(&self, path: &Path) -> Result<Box<dyn LockGuard>>;
     /// Whether a file or directory exists at `path`.
     fn exists(&self, path: &Path) -> Result<bool>;
-    /// Bytes available to this process on the file system holding `path`.
-    fn free_space(&self, path: &Path) -> Result<u64>;
+    /// Bytes available to this process on the file system holding `path`,
+    /// or `None` when the file system reports no size at all (0 total
+    /// blocks: e.g. a FUSE file system that does not implement `statfs`).
+    /// Unknown is not "full": writes still report `ENOSPC` themselves.
+    fn free_space(&self, path: &Path) -> Result<Option<u64>>;
     /// The alignment direct I/O needs for files under `path` (the logical
     /// block size of the device), or [`FALLBACK_BLOCK_SIZE`].
     fn block_size(&self, path: &Path) -> Result<usize>;
@@ -256,6 +259,34 @@ pub(crate) fn check_direct_alignment(
             what: "buffer address",
             value: addr as u64,
         });
+    }
+    Ok(())
+}
+
+/// Create `path` and any missing parents, and make every directory on the
+/// way durable by syncing each directory that holds one: `mkdir` alone
+/// leaves the new entry in the page cache, and a power cut can lose the
+/// directory with everything later written under it, synced or not.
+///
+/// Every ancestor is synced, not only those created now: a directory made
+/// by an earlier call that crashed before syncing its parent exists (the
+/// page cache survived the process) but is not yet durable. One `fsync` per
+/// level of the path, at open time only.
+pub fn create_dir_all_durable(vfs: &dyn Vfs, path: &Path) -> Result<()> {
+    vfs.create_dir_all(path)?;
+    let holders: Vec<&Path> = path
+        .ancestors()
+        .skip(1)
+        .map(|p| {
+            if p.as_os_str().is_empty() {
+                Path::new(".")
+            } else {
+                p
+            }
+        })
+        .collect();
+    for dir in holders.into_iter().rev() {
+        vfs.sync_dir(dir)?;
     }
     Ok(())
 }

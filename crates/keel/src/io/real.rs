@@ -144,10 +144,15 @@ impl Vfs for RealVfs {
         path.try_exists().map_err(os("stat", path))
     }
 
-    fn free_space(&self, path: &Path) -> Result<u64> {
+    fn free_space(&self, path: &Path) -> Result<Option<u64>> {
         let existing = nearest_existing(path);
         let st = rustix::fs::statvfs(&existing).map_err(errno("statvfs", &existing))?;
-        Ok(st.f_bavail.saturating_mul(st.f_frsize))
+        // A FUSE file system without `statfs` answers with all zeros: its
+        // size is unknown, not zero.
+        if st.f_blocks == 0 {
+            return Ok(None);
+        }
+        Ok(Some(st.f_bavail.saturating_mul(st.f_frsize)))
     }
 
     fn block_size(&self, path: &Path) -> Result<usize> {
@@ -226,7 +231,9 @@ impl RealFile {
             return Ok(());
         }
         let dir = self.path.parent().unwrap_or(Path::new("."));
-        let available = RealVfs.free_space(dir)?;
+        let Some(available) = RealVfs.free_space(dir)? else {
+            return Ok(());
+        };
         if needed > available {
             return Err(IoError::NoSpace {
                 path: dir.to_path_buf(),

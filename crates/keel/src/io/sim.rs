@@ -16,12 +16,22 @@
 //!   directory. Like a journaling file system, the namespace commits in
 //!   order: syncing a directory also commits every earlier pending namespace
 //!   operation, and a power cut keeps a random *prefix* of the rest.
-//!   Directories themselves (`create_dir_all`) are durable at once.
-//! * **[`CrashMode::Process`]**: the page cache survives: everything written
-//!   stays.
+//! * **New directories** (`create_dir_all`) are durable only once their
+//!   parent directory is synced (POSIX: an `fsync` of the new directory
+//!   itself does not make its own entry durable). A power cut keeps or drops
+//!   each pending one; whatever lies under a dropped directory is gone.
+//! * **[`CrashMode::Process`]**: the process died, the kernel did not: the
+//!   page cache survives, so everything written stays *readable* — but what
+//!   was not synced stays *pending*: a later power cut can still drop or
+//!   tear it. (A recovering process must sync what it adopts.)
 //! * **[`CrashMode::PowerLoss`]**: each pending write is, by the seeded RNG,
 //!   kept, dropped, or torn (every 512-byte sector of it independently kept
 //!   or not); a pending length change is kept or dropped.
+//! * **A failed sync** ([`SimVfs::fail_after`] on a file sync) may, as Linux
+//!   does after a writeback error, mark the file's dirty pages clean without
+//!   writing them ([`SimVfs::set_failed_sync_drops`]): they stay readable
+//!   until the next power cut, but no later sync makes them durable (the
+//!   PostgreSQL "fsyncgate" case).
 //! * **Faults.** The n-th future write or sync can fail with an errno
 //!   ([`SimVfs::fail_after`]); after n more operations the layer can go down
 //!   as if the machine died ([`SimVfs::crash_after_ops`]) — a write hit by
@@ -54,7 +64,8 @@ pub const SECTOR_BYTES: usize = 512;
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum CrashMode {
     /// The process died; the kernel and its page cache did not. Every
-    /// completed write survives, synced or not.
+    /// completed write stays readable; what was not synced stays pending
+    /// (a later power cut may still lose it).
     Process,
     /// The machine lost power. Only durable writes and names are certain to
     /// survive; the rest is kept, dropped or torn at random.
@@ -95,6 +106,9 @@ pub struct SimStats {
     pub in_flight: u64,
     pub lies: u64,
     pub misdirects: u64,
+    /// Failed syncs that dropped the file's pending writes (see
+    /// [`SimVfs::set_failed_sync_drops`]).
+    pub failed_sync_drops: u64,
 }
 
 #[derive(Debug, Clone)]
@@ -176,6 +190,12 @@ struct State {
     lie_probability: f64,
     misdirect_probability: f64,
     in_flight_probability: f64,
+    failed_sync_drop_probability: f64,
+    /// New directories whose entries in their parents are not durable yet.
+    pending_dirs: Vec<PathBuf>,
+    /// What `free_space` reports: (total bytes, available bytes); a total
+    /// of 0 is a file system that reports no size.
+    space: (u64, u64),
     block_size: usize,
     stats: SimStats,
     /// The operation the crash point stopped, for tests that classify crash
@@ -209,6 +229,9 @@ impl SimVfs {
             lie_probability: 0.0,
             misdirect_probability: 0.0,
             in_flight_probability: 0.0,
+            failed_sync_drop_probability: 0.5,
+            pending_dirs: Vec::new(),
+            space: (u64::MAX / 2, u64::MAX / 4),
             block_size: SECTOR_BYTES,
             stats: SimStats::default(),
             crash_op: None,
@@ -261,6 +284,35 @@ impl SimVfs {
     /// flight. Not combined with misdirected writes.
     pub fn set_in_flight(&self, probability: f64) {
         self.lock_state().in_flight_probability = probability;
+    }
+
+    /// The probability (default 0.5) that a failed file sync drops the
+    /// file's pending writes: they stay in the live image (readable, as
+    /// Linux keeps the pages cached after marking them clean) but leave the
+    /// pending list, so no later sync makes them durable and the next power
+    /// cut loses them.
+    pub fn set_failed_sync_drops(&self, probability: f64) {
+        self.lock_state().failed_sync_drop_probability = probability;
+    }
+
+    /// What [`Vfs::free_space`] reports: `total` bytes and `available`
+    /// bytes. A `total` of 0 models a file system that reports no size
+    /// (a FUSE file system without `statfs`).
+    pub fn set_space(&self, total: u64, available: u64) {
+        self.lock_state().space = (total, available);
+    }
+
+    /// Create a directory and its parents, durably (for test set-up).
+    pub fn create_dir_durable(&self, path: &Path) -> Result<()> {
+        self.create_dir_all(path)?;
+        let mut st = self.lock_state();
+        st.pending_dirs.retain(|d| !path.starts_with(d));
+        for dir in path.ancestors() {
+            if !is_root(dir) {
+                st.durable_ns.insert(dir.to_path_buf(), Entry::Dir);
+            }
+        }
+        Ok(())
     }
 
     /// Make the `nth` (0-based) future operation of `kind` fail with `errno`
@@ -331,6 +383,10 @@ impl SimVfs {
         }
         Ok(())
     }
+}
+
+fn is_root(p: &Path) -> bool {
+    p.as_os_str().is_empty() || p == Path::new("/")
 }
 
 fn lock(state: &Mutex<State>) -> MutexGuard<'_, State> {
@@ -427,7 +483,7 @@ impl State {
     fn parent_exists(&self, path: &Path) -> bool {
         match path.parent() {
             None => true,
-            Some(p) if p.as_os_str().is_empty() || p == Path::new("/") => true,
+            Some(p) if is_root(p) => true,
             Some(p) => self.live_ns.get(p) == Some(&Entry::Dir),
         }
     }
@@ -505,6 +561,13 @@ impl State {
 
     fn sync_dir(&mut self, dir: &Path) {
         self.stats.dir_syncs += 1;
+        let (now, later): (Vec<PathBuf>, Vec<PathBuf>) = std::mem::take(&mut self.pending_dirs)
+            .into_iter()
+            .partition(|d| d.parent() == Some(dir));
+        self.pending_dirs = later;
+        for d in now {
+            self.durable_ns.insert(d, Entry::Dir);
+        }
         if let Some(last) = self.pending_ns.iter().rposition(|op| op.touches_dir(dir)) {
             let ops: Vec<NsOp> = self.pending_ns.drain(..=last).collect();
             for op in ops {
@@ -513,16 +576,9 @@ impl State {
         }
     }
 
-    fn crash_process(&mut self) {
-        for inode in self.inodes.values_mut() {
-            inode.durable = inode.live.clone();
-            inode.pending.clear();
-        }
-        for op in std::mem::take(&mut self.pending_ns) {
-            op.apply(&mut self.durable_ns);
-        }
-        self.live_ns = self.durable_ns.clone();
-    }
+    /// The page cache and the namespace survive as they are: nothing
+    /// becomes durable, nothing is lost.
+    fn crash_process(&mut self) {}
 
     fn crash_power(&mut self) {
         let keep_ns = self.rng.random_range(0..=self.pending_ns.len());
@@ -531,6 +587,25 @@ impl State {
             .take(keep_ns)
         {
             op.apply(&mut self.durable_ns);
+        }
+        for dir in std::mem::take(&mut self.pending_dirs) {
+            if self.rng.random_bool(0.5) {
+                self.durable_ns.insert(dir, Entry::Dir);
+            }
+        }
+        // A name under a directory that did not survive is gone with it.
+        let orphans: Vec<PathBuf> = self
+            .durable_ns
+            .keys()
+            .filter(|p| {
+                p.ancestors()
+                    .skip(1)
+                    .any(|a| !is_root(a) && self.durable_ns.get(a) != Some(&Entry::Dir))
+            })
+            .cloned()
+            .collect();
+        for p in orphans {
+            self.durable_ns.remove(&p);
         }
         self.live_ns = self.durable_ns.clone();
         let mut inos: Vec<u64> = self.inodes.keys().copied().collect();
@@ -635,7 +710,7 @@ impl Vfs for SimVfs {
                 Some(Entry::Dir) => {}
                 None => {
                     st.live_ns.insert(dir.to_path_buf(), Entry::Dir);
-                    st.durable_ns.insert(dir.to_path_buf(), Entry::Dir);
+                    st.pending_dirs.push(dir.to_path_buf());
                 }
             }
         }
@@ -695,7 +770,7 @@ impl Vfs for SimVfs {
     fn sync_dir(&self, path: &Path) -> Result<()> {
         let mut st = self.lock_state();
         st.begin(OpKind::Sync, "fsync directory", path)?;
-        if st.live_ns.get(path) != Some(&Entry::Dir) {
+        if !is_root(path) && st.live_ns.get(path) != Some(&Entry::Dir) {
             return Err(IoError::NotFound {
                 path: path.to_path_buf(),
             });
@@ -729,11 +804,12 @@ impl Vfs for SimVfs {
         if st.down {
             return Err(IoError::Crashed);
         }
-        Ok(st.live_ns.contains_key(path))
+        Ok(is_root(path) || st.live_ns.contains_key(path))
     }
 
-    fn free_space(&self, _path: &Path) -> Result<u64> {
-        Ok(u64::MAX / 4)
+    fn free_space(&self, _path: &Path) -> Result<Option<u64>> {
+        let (total, available) = self.lock_state().space;
+        Ok((total > 0).then_some(available))
     }
 
     fn block_size(&self, _path: &Path) -> Result<usize> {
@@ -891,7 +967,19 @@ impl VfsFile for SimFile {
             SyncKind::Data => "fdatasync",
         };
         let mut st = self.state()?;
-        st.begin(OpKind::Sync, op, &self.path)?;
+        if let Err(e) = st.begin(OpKind::Sync, op, &self.path) {
+            // Linux marks the pages of a failed writeback clean: still
+            // cached and readable, never written by a later sync.
+            let p = st.failed_sync_drop_probability;
+            if !matches!(e, IoError::Crashed) && p > 0.0 && st.rng.random_bool(p) {
+                st.stats.failed_sync_drops += 1;
+                let inode = st.inodes.get_mut(&self.ino).expect("inode");
+                inode
+                    .pending
+                    .retain(|op| matches!(op, PendingOp::SetLen(_)));
+            }
+            return Err(e);
+        }
         st.sync_file(self.ino);
         Ok(())
     }

@@ -7,7 +7,7 @@ use crate::io::AlignedBuf;
 fn setup(seed: u64) -> (Arc<SimVfs>, PathBuf) {
     let vfs = SimVfs::new(seed);
     let dir = PathBuf::from("/db");
-    vfs.create_dir_all(&dir).unwrap();
+    vfs.create_dir_durable(&dir).unwrap();
     (vfs, dir)
 }
 
@@ -208,28 +208,120 @@ fn injected_errors_fail_the_chosen_op_without_effect() {
 fn lying_disk_loses_synced_writes_at_power_loss_only() {
     let (vfs, dir) = setup(4);
     let (path, f) = durable_file(&vfs, &dir, OpenMode::Buffered);
-    vfs.set_lying(1.0);
     f.write_at(&[1u8; 512], 0).unwrap();
     f.sync(SyncKind::Data).unwrap();
-    vfs.crash(CrashMode::Process);
-    assert_eq!(
-        vfs.contents(&path).unwrap(),
-        vec![1u8; 512],
-        "a process crash loses nothing"
-    );
-    let f = vfs
-        .open(&path, OpenOptions::new(OpenMode::Buffered))
-        .unwrap();
     vfs.set_lying(1.0);
     f.write_at(&[2u8; 512], 0).unwrap();
     f.sync(SyncKind::Data).unwrap();
     assert!(vfs.stats().lies >= 1);
+    vfs.crash(CrashMode::Process);
+    assert_eq!(
+        vfs.contents(&path).unwrap(),
+        vec![2u8; 512],
+        "a process crash loses nothing"
+    );
     vfs.crash(CrashMode::PowerLoss);
     assert_eq!(
         vfs.contents(&path).unwrap(),
         vec![1u8; 512],
         "the lie is exposed"
     );
+}
+
+#[test]
+fn process_crash_leaves_unsynced_writes_pending_for_a_later_power_loss() {
+    let (mut lost, mut kept) = (0, 0);
+    for seed in 0..100 {
+        let (vfs, dir) = setup(seed);
+        let (path, f) = durable_file(&vfs, &dir, OpenMode::Buffered);
+        f.write_at(&[1u8; 512], 0).unwrap();
+        f.sync(SyncKind::Data).unwrap();
+        f.write_at(&[2u8; 512], 0).unwrap();
+        vfs.crash(CrashMode::Process);
+        assert_eq!(vfs.contents(&path).unwrap(), vec![2u8; 512], "seed {seed}");
+        vfs.crash(CrashMode::PowerLoss);
+        match vfs.contents(&path).unwrap()[0] {
+            1 => lost += 1,
+            _ => kept += 1,
+        }
+    }
+    assert!(lost > 10 && kept > 10, "lost {lost}, kept {kept}");
+    // A sync after the process crash (through a new handle) makes it
+    // durable, as an fsync of the inode does.
+    let (vfs, dir) = setup(1);
+    let (path, f) = durable_file(&vfs, &dir, OpenMode::Buffered);
+    f.write_at(&[3u8; 512], 0).unwrap();
+    vfs.crash(CrashMode::Process);
+    let f = vfs
+        .open(&path, OpenOptions::new(OpenMode::Buffered))
+        .unwrap();
+    f.sync(SyncKind::Data).unwrap();
+    vfs.crash(CrashMode::PowerLoss);
+    assert_eq!(vfs.contents(&path).unwrap(), vec![3u8; 512]);
+}
+
+#[test]
+fn a_failed_sync_can_drop_dirty_pages_that_stay_readable() {
+    let (vfs, dir) = setup(2);
+    vfs.set_failed_sync_drops(1.0);
+    let (path, f) = durable_file(&vfs, &dir, OpenMode::Buffered);
+    f.write_at(&[1u8; 512], 0).unwrap();
+    f.sync(SyncKind::Data).unwrap();
+    f.write_at(&[2u8; 512], 0).unwrap();
+    vfs.fail_after(OpKind::Sync, 0, libc::EIO);
+    assert!(f.sync(SyncKind::Data).is_err());
+    // The next sync succeeds and writes nothing.
+    f.sync(SyncKind::Data).unwrap();
+    vfs.crash(CrashMode::Process);
+    assert_eq!(vfs.contents(&path).unwrap(), vec![2u8; 512], "still cached");
+    vfs.crash(CrashMode::PowerLoss);
+    assert_eq!(
+        vfs.contents(&path).unwrap(),
+        vec![1u8; 512],
+        "never written"
+    );
+    assert_eq!(vfs.stats().failed_sync_drops, 1);
+}
+
+#[test]
+fn a_new_directory_needs_its_parent_synced() {
+    let (mut lost, mut kept) = (0, 0);
+    for seed in 0..100 {
+        let vfs = SimVfs::new(seed);
+        let dir = PathBuf::from("/a/b");
+        vfs.create_dir_all(&dir).unwrap();
+        let f = open(&vfs, &dir.join("f"), OpenMode::DirectDsync);
+        // Syncing the new directory makes the file's name durable, not the
+        // directory's own.
+        vfs.sync_dir(&dir).unwrap();
+        f.write_at(&AlignedBuf::new(512, 512), 0).unwrap();
+        vfs.crash(CrashMode::PowerLoss);
+        match vfs.exists(&dir.join("f")).unwrap() {
+            true => kept += 1,
+            false => lost += 1,
+        }
+    }
+    assert!(lost > 10 && kept > 10, "lost {lost}, kept {kept}");
+    for seed in 0..50 {
+        let vfs = SimVfs::new(seed);
+        let dir = PathBuf::from("/a/b");
+        crate::io::create_dir_all_durable(vfs.as_ref(), &dir).unwrap();
+        let f = open(&vfs, &dir.join("f"), OpenMode::DirectDsync);
+        vfs.sync_dir(&dir).unwrap();
+        f.write_at(&AlignedBuf::new(512, 512), 0).unwrap();
+        vfs.crash(CrashMode::PowerLoss);
+        assert!(vfs.exists(&dir.join("f")).unwrap(), "seed {seed}");
+    }
+}
+
+#[test]
+fn free_space_of_a_file_system_without_a_size_is_unknown() {
+    let (vfs, dir) = setup(3);
+    assert!(vfs.free_space(&dir).unwrap().is_some());
+    vfs.set_space(0, 0);
+    assert_eq!(vfs.free_space(&dir).unwrap(), None);
+    vfs.set_space(1 << 30, 5);
+    assert_eq!(vfs.free_space(&dir).unwrap(), Some(5));
 }
 
 #[test]

@@ -4,8 +4,13 @@
 
 /// Segment header magic.
 pub const SEGMENT_MAGIC: [u8; 8] = *b"KEELSEG1";
-/// On-disk format version.
-pub const FORMAT_VERSION: u32 = 1;
+/// On-disk format version. Version 2 added `base_lsn` and
+/// `max_write_bytes` to the segment header; version 1 journals are refused.
+pub const FORMAT_VERSION: u32 = 2;
+
+/// The smallest and largest block size a header may state.
+pub const MIN_BLOCK_BYTES: u32 = 512;
+pub const MAX_BLOCK_BYTES: u32 = 1 << 20;
 
 // Segment header layout (little-endian), inside the first block.
 const SH_MAGIC: usize = 0;
@@ -14,8 +19,10 @@ const SH_BLOCK: usize = SH_VERSION + 4;
 const SH_STORE_ID: usize = SH_BLOCK + 4;
 const SH_SEQ: usize = SH_STORE_ID + 8;
 const SH_SEGMENT_SIZE: usize = SH_SEQ + 8;
-const SH_RESERVED: usize = SH_SEGMENT_SIZE + 8;
-const SH_CRC: usize = SH_RESERVED + 20;
+const SH_BASE_LSN: usize = SH_SEGMENT_SIZE + 8;
+const SH_MAX_WRITE: usize = SH_BASE_LSN + 8;
+const SH_RESERVED: usize = SH_MAX_WRITE + 4;
+const SH_CRC: usize = SH_RESERVED + 8;
 /// Bytes of the segment header that carry meaning; the rest of the first
 /// block is zero.
 pub const SEGMENT_HEADER_BYTES: usize = SH_CRC + 4;
@@ -52,9 +59,15 @@ pub fn lz4_encode(payload: &[u8]) -> Option<Vec<u8>> {
     (out.len() < payload.len()).then_some(out)
 }
 
-/// The original payload of a record stored with `FLAG_LZ4`.
-pub fn lz4_decode(stored: &[u8]) -> Option<Vec<u8>> {
+/// The original payload of a record stored with `FLAG_LZ4`, if it decodes
+/// to the length it states and that length is at most `max_len` (the
+/// largest record the journal can hold): the stated length is untrusted
+/// input, and is checked before anything that size is allocated.
+pub fn lz4_decode(stored: &[u8], max_len: usize) -> Option<Vec<u8>> {
     let len = u32::from_le_bytes(stored.get(..4)?.try_into().ok()?) as usize;
+    if len > max_len {
+        return None;
+    }
     let mut out = vec![0u8; len];
     let n = lz4_flex::block::decompress_into(&stored[4..], &mut out).ok()?;
     (n == len).then_some(out)
@@ -67,6 +80,17 @@ pub struct SegmentHeader {
     pub store_id: u64,
     pub seq: u64,
     pub segment_size: u64,
+    /// Where LSN numbering goes on: the journal's next LSN when the header
+    /// was written (ahead of need for a spare; exactly `lsn + 1` when
+    /// `truncate_after(lsn)` empties the segment). When a journal's chain
+    /// holds no record at all, its next record gets the base LSN of the
+    /// chain's first segment, so numbering never restarts at 1 once
+    /// anything was appended.
+    pub base_lsn: u64,
+    /// The largest write the journal that wrote this segment makes (its
+    /// `max_write_bytes`): how far past the end of the chain a crash can
+    /// leave torn bytes.
+    pub max_write_bytes: u32,
 }
 
 /// Why a segment header was not accepted.
@@ -77,6 +101,10 @@ pub enum HeaderError {
     BadMagic,
     BadChecksum,
     UnsupportedVersion(u32),
+    /// A block size, segment size or write size no journal writes (the
+    /// checksum matched: written that way, or corrupt before it was
+    /// computed).
+    BadGeometry,
     /// A valid header whose sequence number is not the one in the file
     /// name: renamed for recycling, its header not yet rewritten.
     SeqMismatch(u64),
@@ -89,6 +117,7 @@ impl std::fmt::Display for HeaderError {
             HeaderError::BadMagic => f.write_str("bad magic"),
             HeaderError::BadChecksum => f.write_str("bad checksum"),
             HeaderError::UnsupportedVersion(v) => write!(f, "unsupported format version {v}"),
+            HeaderError::BadGeometry => f.write_str("impossible block, segment or write size"),
             HeaderError::SeqMismatch(s) => write!(f, "header says segment {s}"),
         }
     }
@@ -105,6 +134,8 @@ impl SegmentHeader {
         put_u64(out, SH_STORE_ID, self.store_id);
         put_u64(out, SH_SEQ, self.seq);
         put_u64(out, SH_SEGMENT_SIZE, self.segment_size);
+        put_u64(out, SH_BASE_LSN, self.base_lsn);
+        put_u32(out, SH_MAX_WRITE, self.max_write_bytes);
         let crc = crc32c::crc32c(&out[..SH_CRC]);
         put_u32(out, SH_CRC, crc);
     }
@@ -128,12 +159,31 @@ impl SegmentHeader {
         if version != FORMAT_VERSION {
             return Err(HeaderError::UnsupportedVersion(version));
         }
-        Ok(SegmentHeader {
+        let h = SegmentHeader {
             block_size: get_u32(b, SH_BLOCK),
             store_id: get_u64(b, SH_STORE_ID),
             seq: get_u64(b, SH_SEQ),
             segment_size: get_u64(b, SH_SEGMENT_SIZE),
-        })
+            base_lsn: get_u64(b, SH_BASE_LSN),
+            max_write_bytes: get_u32(b, SH_MAX_WRITE),
+        };
+        if !h.geometry_ok() || b[SH_RESERVED..SH_CRC].iter().any(|&x| x != 0) {
+            return Err(HeaderError::BadGeometry);
+        }
+        Ok(h)
+    }
+
+    /// The sizes every reader divides and indexes by: a power-of-two block
+    /// size in range, a segment of at least 4 whole blocks, a write size of
+    /// at least one block, and a base LSN that is a valid LSN.
+    fn geometry_ok(&self) -> bool {
+        let block = self.block_size;
+        block.is_power_of_two()
+            && (MIN_BLOCK_BYTES..=MAX_BLOCK_BYTES).contains(&block)
+            && self.segment_size % u64::from(block) == 0
+            && self.segment_size >= 4 * u64::from(block)
+            && self.max_write_bytes >= block
+            && self.base_lsn >= 1
     }
 }
 
@@ -262,6 +312,8 @@ mod tests {
             store_id: 77,
             seq: 5,
             segment_size: 1 << 26,
+            base_lsn: 1234,
+            max_write_bytes: 1 << 20,
         };
         let mut b = [0u8; 4096];
         h.encode(&mut b);
@@ -272,6 +324,70 @@ mod tests {
             assert!(SegmentHeader::decode(&d).is_err(), "flip at {i} accepted");
         }
         assert_eq!(SegmentHeader::decode(&[0u8; 64]), Err(HeaderError::Blank));
+    }
+
+    /// A header whose checksum matches but whose sizes are impossible (a
+    /// block size of 0 once divided the scan by zero) is refused.
+    #[test]
+    fn impossible_geometry_is_refused_even_with_a_valid_checksum() {
+        let good = SegmentHeader {
+            block_size: 4096,
+            store_id: 1,
+            seq: 1,
+            segment_size: 1 << 20,
+            base_lsn: 1,
+            max_write_bytes: 1 << 20,
+        };
+        let bad = [
+            SegmentHeader {
+                block_size: 0,
+                ..good
+            },
+            SegmentHeader {
+                block_size: 3000,
+                ..good
+            },
+            SegmentHeader {
+                block_size: 256,
+                ..good
+            },
+            SegmentHeader {
+                segment_size: 4096 * 3,
+                ..good
+            },
+            SegmentHeader {
+                segment_size: (1 << 20) + 512,
+                ..good
+            },
+            SegmentHeader {
+                max_write_bytes: 0,
+                ..good
+            },
+            SegmentHeader {
+                base_lsn: 0,
+                ..good
+            },
+        ];
+        for h in bad {
+            let mut b = [0u8; 4096];
+            h.encode(&mut b);
+            assert_eq!(
+                SegmentHeader::decode(&b),
+                Err(HeaderError::BadGeometry),
+                "{h:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn lz4_decode_refuses_a_stated_length_above_the_cap() {
+        let payload = vec![7u8; 10_000];
+        let stored = lz4_encode(&payload).expect("compressible");
+        assert_eq!(lz4_decode(&stored, 10_000), Some(payload));
+        assert_eq!(lz4_decode(&stored, 9_999), None);
+        let mut huge = stored.clone();
+        huge[..4].copy_from_slice(&u32::MAX.to_le_bytes());
+        assert_eq!(lz4_decode(&huge, 1 << 20), None);
     }
 
     #[test]

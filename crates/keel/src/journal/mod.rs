@@ -29,7 +29,7 @@ pub use format::{
     lz4_decode, HeaderError, RecordError, SegmentHeader, FLAG_EPOCH_START, FLAG_LZ4,
     FORMAT_VERSION, RECORD_HEADER_BYTES, SEGMENT_HEADER_BYTES,
 };
-pub use scan::{RecordInfo, Scan, SegmentScan, StopReason};
+pub use scan::{RecordInfo, Scan, SegmentScan, StopReason, SET_ASIDE_SUFFIX};
 pub use writer::{CommitHandle, Records};
 
 use crate::io::{IoError, Vfs, WriteMethod};
@@ -86,9 +86,10 @@ pub enum BatchStart {
     /// rewrites the same block commit after commit, which costs it up to
     /// ~10 % of its commits/s on the disk measured.
     RewriteTail,
-    /// `FreshBlock` after a batch that was written as a single block,
-    /// `RewriteTail` after a larger one: small commits at low concurrency
-    /// never rewrite a block, and larger batches waste no space.
+    /// With one write in flight: `FreshBlock` after a batch that was
+    /// written as a single block, `RewriteTail` after a larger one: small
+    /// commits at low concurrency never rewrite a block, and larger batches
+    /// waste no space. With several writes in flight: always `FreshBlock`.
     #[default]
     Auto,
     /// Start on a fresh block; the rest of the previous block stays zero
@@ -121,8 +122,9 @@ pub struct JournalOptions {
     /// [`MAX_WRITES_IN_FLIGHT`]). The guarantee is the same for every value:
     /// a commit is acknowledged only once its write and every earlier one
     /// are durable, and a failed write fails its batch and every later one.
-    /// More than 1 needs [`BatchStart::FreshBlock`] (two writes in flight
-    /// must never share a block), and a second write starts only while
+    /// More than 1 makes every batch start on a fresh block (two writes in
+    /// flight must never share a block): `BatchStart::Auto` does so by
+    /// itself, `RewriteTail` is refused. A second write starts only while
     /// those in flight carry few records. Default 1: measured in
     /// `docs/journal.md`.
     pub writes_in_flight: usize,
@@ -177,10 +179,10 @@ impl JournalOptions {
                 self.writes_in_flight
             ));
         }
-        if self.writes_in_flight > 1 && self.batch_start != BatchStart::FreshBlock {
+        if self.writes_in_flight > 1 && self.batch_start == BatchStart::RewriteTail {
             return bad(
-                "several writes in flight need BatchStart::FreshBlock (two writes in flight \
-                 must never share a block)"
+                "several writes in flight cannot use BatchStart::RewriteTail (two writes in \
+                 flight must never share a block); use Auto or FreshBlock"
                     .into(),
             );
         }
@@ -275,6 +277,11 @@ pub struct RecoveryReport {
     pub method: WriteMethod,
     /// Why the default method was not used, if it was not.
     pub fallback: Option<String>,
+    /// Segment files set aside by this open (`RecoveryMode::StopAtFirstBad`
+    /// only): their headers were damaged below the start of the chain, so
+    /// the records they held are lost. Renamed to `….seg.damaged` and kept
+    /// as evidence instead of being recycled.
+    pub set_aside: Vec<PathBuf>,
 }
 
 /// An open journal. Share it between threads with `Arc<Journal>`.
@@ -416,8 +423,7 @@ impl Drop for Journal {
 /// Scan a journal directory without opening it for writing (no lock, no
 /// recovery actions): what `keel journal dump` and `check` show.
 pub fn inspect(vfs: &dyn Vfs, dir: &Path) -> Result<Scan, JournalError> {
-    let tolerated = tolerated_damage_bytes(DEFAULT_MAX_WRITE_BYTES);
-    let scan = scan::scan(vfs, dir, tolerated)?;
+    let scan = scan::scan(vfs, dir, 0)?;
     if scan.segments.is_empty() {
         return Err(JournalError::NotAJournal(dir.to_path_buf()));
     }
@@ -440,6 +446,8 @@ pub fn read_record(vfs: &dyn Vfs, path: &Path, info: &RecordInfo) -> Result<Vec<
     Ok(buf)
 }
 
+#[cfg(test)]
+mod hardening_tests;
 #[cfg(test)]
 mod tests;
 
@@ -488,6 +496,8 @@ pub mod fuzzing {
             store_id: 1,
             seq: 1,
             segment_size: 1 << 16,
+            base_lsn: 1,
+            max_write_bytes: 1 << 16,
         }
         .encode(&mut seg);
         let (mut lsn, mut salt, mut i) = (1u64, 7u32, 0usize);

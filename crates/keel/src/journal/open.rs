@@ -3,7 +3,7 @@
 //! threads.
 
 use std::collections::VecDeque;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use super::scan::{self, SegmentScan};
@@ -21,7 +21,7 @@ pub(super) fn open(
     mut options: JournalOptions,
 ) -> Result<Journal, JournalError> {
     options.validate()?;
-    vfs.create_dir_all(dir)?;
+    crate::io::create_dir_all_durable(vfs.as_ref(), dir)?;
     let lock = vfs.lock(&dir.join(LOCK_FILE)).map_err(|e| match e {
         IoError::Locked { .. } => JournalError::Locked(dir.to_path_buf()),
         e => e.into(),
@@ -35,72 +35,36 @@ pub(super) fn open(
             vfs.block_size(dir)?
         )));
     }
-    // A crash can leave the writes in flight torn: batches, or a chunk of
-    // zeros written by `truncate_after`. The bound is that of the most
-    // writes in flight any opener may have used.
-    let tolerated = super::tolerated_damage_bytes(options.max_write_bytes);
-    let found = scan::scan(vfs.as_ref(), dir, tolerated)?;
+    let mut found = scan::scan(vfs.as_ref(), dir, options.max_write_bytes)?;
     adopt_existing_geometry(&found.segments, &mut options)?;
-    if options.recovery_mode == RecoveryMode::RefuseCorruption {
-        refuse_corruption(&found)?;
-    }
+    let set_aside = match options.recovery_mode {
+        RecoveryMode::RefuseCorruption => {
+            refuse_corruption(&found)?;
+            Vec::new()
+        }
+        RecoveryMode::StopAtFirstBad => set_aside_damaged(vfs.as_ref(), dir, &mut found)?,
+    };
     let spec = SegmentSpec {
         dir: dir.to_path_buf(),
         store_id: found.store_id.unwrap_or_else(rand::random),
         segment_size: options.segment_size_bytes,
         block_size: options.block_size_bytes,
+        max_write_bytes: options.max_write_bytes,
+        torn_reach_bytes: found.tolerated_damage_bytes,
         method,
     };
-    let chain: Vec<&SegmentScan> = found.segments.iter().filter(|s| s.in_chain).collect();
-    let (active, pos, segments) = match chain.last() {
-        None => {
-            let seg = spec.create(vfs.as_ref(), 1)?;
-            let meta = SegMeta {
-                seq: 1,
-                path: seg.path.clone(),
-                first_lsn: None,
-                last_lsn: None,
-            };
-            (seg, options.block_size_bytes as u64, vec![meta])
-        }
-        Some(last) => {
-            // After a process crash the tail may sit only in the page cache
-            // (buffered methods): make every recovered byte durable before
-            // the first new acknowledgement can depend on it.
-            for seg in &chain {
-                let f = vfs.open(&seg.path, OpenOptions::new(OpenMode::Buffered))?;
-                f.sync(SyncKind::Data)?;
-            }
-            vfs.sync_dir(dir)?;
-            let metas = chain
-                .iter()
-                .map(|s| SegMeta {
-                    seq: s.seq,
-                    path: s.path.clone(),
-                    first_lsn: s.records.first().map(|r| r.lsn),
-                    last_lsn: s.records.last().map(|r| r.lsn),
-                })
-                .collect();
-            (spec.open(vfs.as_ref(), last.seq)?, last.end_pos, metas)
-        }
-    };
+    // LSNs go on from the chain's last record, or, when the chain holds
+    // none (emptied by `truncate_after`), from its first segment's base.
+    let next_lsn = found
+        .last_lsn
+        .map_or_else(|| found.base_lsn.unwrap_or(1), |l| l + 1);
+    let (active, pos, segments) = recover_chain(vfs.as_ref(), &spec, &found, next_lsn)?;
     let block = options.block_size_bytes as u64;
     let tail_start = pos / block * block;
     let mut tail = vec![0u8; (pos - tail_start) as usize];
     scan::open_for_read(vfs.as_ref(), &active.path)?.read_exact_at(&mut tail, tail_start)?;
     let (spares, free) = classify_leftovers(vfs.as_ref(), &spec, &found.segments, &active)?;
-    if let Some(seq) = found.leftover_after_chain {
-        if let Some(spare) = spares.iter().find(|s| s.seq == seq) {
-            // Where a torn first write left records of the recovered epoch
-            // (see `Scan::leftover_after_chain`): within `tolerated` bytes
-            // of the first block. A crash meanwhile leaves the journal as
-            // it was; the next open does this again.
-            let block = spec.block_size as u64;
-            let end = (block + tolerated).min(spec.segment_size);
-            super::truncate::zero_durably(&spec, spare.file.as_ref(), block, end, &[])?;
-        }
-    }
-    let next_lsn = found.last_lsn.map_or(1, |l| l + 1);
+    zero_leftovers_after_chain(&spec, &found, &spares)?;
     let salt = writer::new_salt(found.last_salt.unwrap_or(0));
     let report = RecoveryReport {
         first_lsn: found.first_lsn,
@@ -109,6 +73,7 @@ pub(super) fn open(
         segments: segments.len(),
         method,
         fallback,
+        set_aside,
     };
     let mut state = State::new(next_lsn, salt, active, pos, tail, segments);
     state.spares = spares;
@@ -118,29 +83,167 @@ pub(super) fn open(
         let old = state.free.pop_front();
         state
             .spares
-            .push_back(spec.prepare(vfs.as_ref(), seq, old.as_deref())?);
+            .push_back(spec.prepare(vfs.as_ref(), seq, old.as_deref(), next_lsn)?);
     }
     let shared = Arc::new(Shared::new(vfs, spec, options, state, lock));
-    let preparer = {
+    start_threads(shared, dir, report)
+}
+
+/// The journal's two background threads: the segment preparer and the
+/// flusher (callbacks, and batches started without a waiter).
+fn start_threads(
+    shared: Arc<Shared>,
+    dir: &Path,
+    report: RecoveryReport,
+) -> Result<Journal, JournalError> {
+    let spawn = |name: &str, f: fn(Arc<Shared>)| {
         let s = Arc::clone(&shared);
         std::thread::Builder::new()
-            .name("keel-journal-prep".into())
-            .spawn(move || writer::preparer_loop(s))
-            .map_err(|e| IoError::os("spawn thread", dir, e))?
+            .name(name.into())
+            .spawn(move || f(s))
+            .map_err(|e| IoError::os("spawn thread", dir, e))
     };
-    let flusher = {
-        let s = Arc::clone(&shared);
-        std::thread::Builder::new()
-            .name("keel-journal-cb".into())
-            .spawn(move || writer::flusher_loop(s))
-            .map_err(|e| IoError::os("spawn thread", dir, e))?
-    };
+    let preparer = spawn("keel-journal-prep", writer::preparer_loop)?;
+    let flusher = spawn("keel-journal-cb", writer::flusher_loop)?;
     Ok(Journal {
         shared,
         preparer: Some(preparer),
         flusher: Some(flusher),
         report,
     })
+}
+
+/// The active segment, the append position and the segments of the
+/// recovered chain — made durable first: a new journal gets segment 1; an
+/// existing chain has its recovered tail rewritten and every segment
+/// synced.
+fn recover_chain(
+    vfs: &dyn Vfs,
+    spec: &SegmentSpec,
+    found: &scan::Scan,
+    next_lsn: u64,
+) -> Result<(ReadySegment, u64, Vec<SegMeta>), JournalError> {
+    let chain: Vec<&SegmentScan> = found.segments.iter().filter(|s| s.in_chain).collect();
+    let Some(last) = chain.last() else {
+        let seg = spec.create(vfs, 1, next_lsn)?;
+        let meta = SegMeta {
+            seq: 1,
+            path: seg.path.clone(),
+            first_lsn: None,
+            last_lsn: None,
+        };
+        return Ok((seg, spec.block_size as u64, vec![meta]));
+    };
+    rewrite_recovered_tail(vfs, spec, last)?;
+    // After a process crash the tail may sit only in the page cache (not
+    // yet written, or written by a torn direct write the crash left
+    // pending): make every recovered byte — and the rewritten tail — durable
+    // before the first new acknowledgement can depend on it.
+    for seg in &chain {
+        let f = vfs.open(&seg.path, OpenOptions::new(OpenMode::Buffered))?;
+        f.sync(SyncKind::Data)?;
+    }
+    vfs.sync_dir(&spec.dir)?;
+    let metas = chain
+        .iter()
+        .map(|s| SegMeta {
+            seq: s.seq,
+            path: s.path.clone(),
+            first_lsn: s.records.first().map(|r| r.lsn),
+            last_lsn: s.records.last().map(|r| r.lsn),
+        })
+        .collect();
+    Ok((spec.open(vfs, last.seq)?, last.end_pos, metas))
+}
+
+/// Write the end of the recovered chain back where it is, through the page
+/// cache, so the sync that follows writes it to the disk.
+///
+/// Why: after a failed `fdatasync`, Linux marks the dirty pages clean
+/// although they never reached the disk (the PostgreSQL "fsyncgate" case,
+/// `fsync(2)`: "the dirty pages ... may be marked clean"). They stay
+/// readable from the page cache, so a reopen in the same boot would adopt
+/// the failed batch, and the next `fdatasync` returns 0 without writing it:
+/// a power cut later loses it, and with it every record appended after it.
+/// Writing the bytes again makes the pages dirty, so they are written.
+/// Only the last writes before the failure can be in that state (a failure
+/// stops the journal): the last `torn_reach_bytes` of the chain, or its
+/// last record if that is larger (a single oversized write).
+fn rewrite_recovered_tail(
+    vfs: &dyn Vfs,
+    spec: &SegmentSpec,
+    last: &SegmentScan,
+) -> Result<(), JournalError> {
+    let Some(last_record) = last.records.last() else {
+        return Ok(());
+    };
+    let block = spec.block_size as u64;
+    let start = last
+        .end_pos
+        .saturating_sub(spec.torn_reach_bytes)
+        .min(last_record.pos)
+        .max(block)
+        / block
+        * block;
+    let end = last.end_pos.div_ceil(block) * block;
+    let end = end.min(spec.segment_size);
+    let mut bytes = vec![0u8; (end - start) as usize];
+    let file = vfs.open(&last.path, OpenOptions::new(OpenMode::Buffered))?;
+    file.read_exact_at(&mut bytes, start)?;
+    file.write_at(&bytes, start)?;
+    Ok(())
+}
+
+/// Where a torn first write left records of the recovered epoch in the
+/// segment after the chain (see `Scan::leftover_after_chain`): zero them,
+/// within the reach of a torn write from its first block. A crash
+/// meanwhile leaves the journal as it was; the next open does this again.
+fn zero_leftovers_after_chain(
+    spec: &SegmentSpec,
+    found: &scan::Scan,
+    spares: &VecDeque<ReadySegment>,
+) -> Result<(), JournalError> {
+    let Some(seq) = found.leftover_after_chain else {
+        return Ok(());
+    };
+    if let Some(spare) = spares.iter().find(|s| s.seq == seq) {
+        let block = spec.block_size as u64;
+        let end = (block + spec.torn_reach_bytes).min(spec.segment_size);
+        super::truncate::zero_durably(spec, spare.file.as_ref(), block, end, &[])?;
+    }
+    Ok(())
+}
+
+/// `RecoveryMode::StopAtFirstBad` keeps the chain that starts above a
+/// segment whose header is damaged; that segment would otherwise be
+/// recycled like a released one, destroying the evidence of what was lost.
+/// Rename it aside (`….seg.damaged`, no longer a segment name), durably,
+/// and say so in the report. Returns the new names.
+fn set_aside_damaged(
+    vfs: &dyn Vfs,
+    dir: &Path,
+    found: &mut scan::Scan,
+) -> Result<Vec<PathBuf>, JournalError> {
+    let Some(first_chain) = found.segments.iter().find(|s| s.in_chain).map(|s| s.seq) else {
+        return Ok(Vec::new());
+    };
+    let mut moved = Vec::new();
+    for seg in &found.segments {
+        if seg.seq < first_chain && seg.header.is_err() {
+            let mut name = seg.path.clone().into_os_string();
+            name.push(scan::SET_ASIDE_SUFFIX);
+            let to = PathBuf::from(name);
+            vfs.rename(&seg.path, &to)?;
+            moved.push(to);
+        }
+    }
+    if !moved.is_empty() {
+        vfs.sync_dir(dir)?;
+        found
+            .segments
+            .retain(|s| !(s.seq < first_chain && s.header.is_err()));
+    }
+    Ok(moved)
 }
 
 /// `RecoveryMode::RefuseCorruption`: fail if the scan found damage that a
@@ -156,12 +259,12 @@ fn refuse_corruption(found: &scan::Scan) -> Result<(), JournalError> {
             later_lsn,
         });
     }
-    if let (Some(seq), Some(later_lsn)) = (found.damaged_before_chain, found.first_lsn) {
+    if let Some(seq) = found.damaged_before_chain {
         return Err(JournalError::Corrupt {
             seq,
             pos: 0,
             reason: "segment header damaged below the start of the chain".into(),
-            later_lsn,
+            later_lsn: found.first_lsn.or(found.base_lsn).unwrap_or(0),
         });
     }
     Ok(())
@@ -233,7 +336,13 @@ fn classify_leftovers(
             .is_ok_and(|h| h.seq == seg.seq && h.segment_size == spec.segment_size)
             && seg.file_len == spec.segment_size;
         if seg.seq == expected_next && usable {
-            spares.push_back(spec.open(vfs, seg.seq)?);
+            // Its header may be readable only from the page cache (a
+            // process crash while it was written): make it durable before
+            // records go in, or a power cut could blank it and cut the
+            // chain in front of acknowledged records.
+            let spare = spec.open(vfs, seg.seq)?;
+            spare.file.sync(SyncKind::Data)?;
+            spares.push_back(spare);
         } else if seg.seq < first_chain && seg.file_len == spec.segment_size {
             free.push_back(seg.path.clone());
         } else if seg.seq != active.seq {

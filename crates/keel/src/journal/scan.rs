@@ -16,7 +16,7 @@ use std::sync::Arc;
 
 use super::format::{
     parse_segment_file_name, HeaderError, RecordError, RecordHeader, SegmentHeader,
-    FLAG_EPOCH_START, RECORD_HEADER_BYTES, RH_SALT, RH_SEQ,
+    FLAG_EPOCH_START, RECORD_HEADER_BYTES, RH_SALT, RH_SEQ, SEGMENT_HEADER_BYTES,
 };
 use super::JournalError;
 use crate::io::{OpenMode, OpenOptions, Vfs, VfsFile};
@@ -119,11 +119,20 @@ pub struct Scan {
     /// segment only holds records of the epoch once every earlier write was
     /// complete.
     pub valid_after_damage: Option<(u64, u64, u64)>,
-    /// A segment below the start of the chain whose header is not valid
-    /// while the chain holds records: no crash leaves one there (segments
-    /// are created and recycled only above the active one), so the records
-    /// it held are lost to damage.
+    /// A segment below the start of the chain whose header is not valid:
+    /// no crash leaves one there (segments are created and recycled only
+    /// above the active one), so the records it held are lost to damage.
     pub damaged_before_chain: Option<u64>,
+    /// The base LSN in the header of the chain's first segment: where
+    /// numbering goes on when the chain holds no record.
+    pub base_lsn: Option<u64>,
+    /// How far past the end of the chain a crash can have left torn bytes,
+    /// from the largest `max_write_bytes` any segment header states (and
+    /// the caller's): see `tolerated_damage_bytes`.
+    pub tolerated_damage_bytes: u64,
+    /// Segment files that an earlier open set aside (renamed to
+    /// `….seg.damaged`) because their headers were damaged below the chain.
+    pub set_aside: Vec<PathBuf>,
     /// The segment right after the chain's last one, when it holds records
     /// of the chain's last epoch beyond the chain's end: the first write
     /// into it was torn, and the records that landed were never
@@ -146,6 +155,43 @@ pub fn read_segment(vfs: &dyn Vfs, path: &Path) -> Result<Vec<u8>, JournalError>
     let mut bytes = vec![0u8; len as usize];
     file.read_exact_at(&mut bytes, 0)?;
     Ok(bytes)
+}
+
+/// The suffix `RecoveryMode::StopAtFirstBad` gives a segment file whose
+/// header is damaged below the chain: kept as evidence, no longer a segment.
+pub const SET_ASIDE_SUFFIX: &str = ".damaged";
+
+/// Files in `dir` set aside as damaged by an earlier open.
+pub fn list_set_aside(vfs: &dyn Vfs, dir: &Path) -> Result<Vec<PathBuf>, JournalError> {
+    Ok(vfs
+        .read_dir(dir)?
+        .into_iter()
+        .filter(|name| {
+            name.strip_suffix(SET_ASIDE_SUFFIX)
+                .is_some_and(|seg| parse_segment_file_name(seg).is_some())
+        })
+        .map(|name| dir.join(name))
+        .collect())
+}
+
+/// The largest `max_write_bytes` stated by a valid segment header in
+/// `segments`, and `at_least`: a crash of whichever opener wrote them can
+/// have left that much torn per write in flight.
+fn largest_write_bytes(
+    vfs: &dyn Vfs,
+    segments: &[(u64, PathBuf)],
+    at_least: usize,
+) -> Result<usize, JournalError> {
+    let mut largest = at_least;
+    for (_, path) in segments {
+        let file = open_for_read(vfs, path)?;
+        let mut head = [0u8; SEGMENT_HEADER_BYTES];
+        let n = file.read_at(&mut head, 0)?;
+        if let Ok(h) = SegmentHeader::decode(&head[..n]) {
+            largest = largest.max(h.max_write_bytes as usize);
+        }
+    }
+    Ok(largest)
 }
 
 /// The segment files in `dir`, sorted by sequence.
@@ -325,11 +371,16 @@ struct ChainWalk {
     prev_seq: Option<u64>,
 }
 
-/// Scan every segment in `dir`. `tolerated_damage_bytes` (plus one block)
-/// is how far past a damaged record valid records may legitimately follow:
-/// the bytes a crash can leave half-written (writes in flight × the largest
-/// write, or a chunk of zeros written by `truncate_after`).
-pub fn scan(vfs: &dyn Vfs, dir: &Path, tolerated_damage_bytes: u64) -> Result<Scan, JournalError> {
+/// Scan every segment in `dir`. How far past a damaged record valid
+/// records may legitimately follow (the bytes a crash can leave
+/// half-written: writes in flight × the largest write, or a chunk of zeros
+/// written by `truncate_after`, plus one block) comes from the largest write
+/// size any segment header states, or `max_write_bytes` if larger: the
+/// journal that crashed may have written bigger batches than this opener.
+pub fn scan(vfs: &dyn Vfs, dir: &Path, max_write_bytes: usize) -> Result<Scan, JournalError> {
+    let files = list_segments(vfs, dir)?;
+    let largest = largest_write_bytes(vfs, &files, max_write_bytes)?;
+    let tolerated_damage_bytes = super::tolerated_damage_bytes(largest);
     let mut out = Scan {
         segments: Vec::new(),
         store_id: None,
@@ -339,6 +390,9 @@ pub fn scan(vfs: &dyn Vfs, dir: &Path, tolerated_damage_bytes: u64) -> Result<Sc
         stop: None,
         valid_after_damage: None,
         damaged_before_chain: None,
+        base_lsn: None,
+        tolerated_damage_bytes,
+        set_aside: list_set_aside(vfs, dir)?,
         leftover_after_chain: None,
     };
     let mut chain = ChainWalk {
@@ -351,7 +405,7 @@ pub fn scan(vfs: &dyn Vfs, dir: &Path, tolerated_damage_bytes: u64) -> Result<Sc
         prev_seq: None,
     };
     let mut bad_before_chain = None;
-    for (seq, path) in list_segments(vfs, dir)? {
+    for (seq, path) in files {
         let bytes = read_segment(vfs, &path)?;
         let header = match SegmentHeader::decode(&bytes) {
             // Renamed for recycling but its header not yet rewritten.
@@ -412,7 +466,7 @@ pub fn scan(vfs: &dyn Vfs, dir: &Path, tolerated_damage_bytes: u64) -> Result<Sc
         }
         out.segments.push(seg);
     }
-    if out.first_lsn.is_some() {
+    if chain.started {
         out.damaged_before_chain = bad_before_chain;
     }
     out.last_lsn = chain.cursor.expected_lsn.map(|e| e - 1);
@@ -481,6 +535,9 @@ fn extend_chain(
         return Some((u64::from(h.block_size).saturating_add(tolerated), 0));
     }
     // Here the chain has started already, or this is its first segment.
+    if !chain.started {
+        out.base_lsn = Some(h.base_lsn);
+    }
     chain.started = true;
     if records.is_empty() {
         // The chain's first segment holds no record: nothing can follow it

@@ -25,6 +25,12 @@ pub struct SegmentSpec {
     pub store_id: u64,
     pub segment_size: u64,
     pub block_size: usize,
+    /// The journal's `max_write_bytes`, recorded in every header.
+    pub max_write_bytes: usize,
+    /// How far past the end of the chain a crash — of this journal or of
+    /// whichever opener wrote the segments found at open — can have left
+    /// torn bytes (`tolerated_damage_bytes` of the largest write size).
+    pub torn_reach_bytes: u64,
     pub method: WriteMethod,
 }
 
@@ -41,14 +47,22 @@ impl SegmentSpec {
         Ok(ReadySegment { seq, path, file })
     }
 
-    /// Write (durably) the header of segment `seq` into `file`'s first block.
-    fn write_header(&self, file: &dyn VfsFile, seq: u64) -> Result<(), JournalError> {
+    /// Write (durably) the header of segment `seq` into `file`'s first
+    /// block, with `base_lsn` as the lowest LSN its records can have.
+    pub fn write_header(
+        &self,
+        file: &dyn VfsFile,
+        seq: u64,
+        base_lsn: u64,
+    ) -> Result<(), JournalError> {
         let mut block = AlignedBuf::new(self.block_size, self.block_size);
         SegmentHeader {
             block_size: self.block_size as u32,
             store_id: self.store_id,
             seq,
             segment_size: self.segment_size,
+            base_lsn,
+            max_write_bytes: u32::try_from(self.max_write_bytes).unwrap_or(u32::MAX),
         }
         .encode(&mut block);
         self.method.write_durably(file, &block, 0)?;
@@ -60,13 +74,21 @@ impl SegmentSpec {
 
     /// Create segment `seq` from nothing: zero-fill it so later writes change
     /// no file metadata, write its header, sync both, then sync the
-    /// directory so the name survives a power cut.
-    pub fn create(&self, vfs: &dyn Vfs, seq: u64) -> Result<ReadySegment, JournalError> {
+    /// directory so the name survives a power cut. `base_lsn`: no record of
+    /// the segment will have a lower LSN (the journal's next LSN now).
+    pub fn create(
+        &self,
+        vfs: &dyn Vfs,
+        seq: u64,
+        base_lsn: u64,
+    ) -> Result<ReadySegment, JournalError> {
         let path = self.path(seq);
         if vfs.exists(&path)? {
             vfs.remove_file(&path)?;
         }
-        let available = vfs.free_space(&self.dir)?;
+        // Unknown free space (a file system that reports no size) is no
+        // reason to refuse: the zero-fill below reports ENOSPC itself.
+        let available = vfs.free_space(&self.dir)?.unwrap_or(u64::MAX);
         if available < self.segment_size {
             return Err(JournalError::from(crate::io::IoError::NoSpace {
                 path: self.dir.clone(),
@@ -90,7 +112,7 @@ impl SegmentSpec {
         filler.sync(crate::io::SyncKind::Data)?;
         drop(filler);
         let file = vfs.open(&path, self.method.open_options().create(false))?;
-        self.write_header(file.as_ref(), seq)?;
+        self.write_header(file.as_ref(), seq, base_lsn)?;
         vfs.sync_dir(&self.dir)?;
         Ok(ReadySegment { seq, path, file })
     }
@@ -110,6 +132,7 @@ impl SegmentSpec {
         vfs: &dyn Vfs,
         old_path: &Path,
         seq: u64,
+        base_lsn: u64,
     ) -> Result<ReadySegment, JournalError> {
         let path = self.path(seq);
         vfs.rename(old_path, &path)?;
@@ -119,9 +142,9 @@ impl SegmentSpec {
             // Not one of ours (another segment size): start afresh.
             drop(file);
             vfs.remove_file(&path)?;
-            return self.create(vfs, seq);
+            return self.create(vfs, seq, base_lsn);
         }
-        self.write_header(file.as_ref(), seq)?;
+        self.write_header(file.as_ref(), seq, base_lsn)?;
         Ok(ReadySegment { seq, path, file })
     }
 
@@ -131,10 +154,11 @@ impl SegmentSpec {
         vfs: &dyn Vfs,
         seq: u64,
         old: Option<&Path>,
+        base_lsn: u64,
     ) -> Result<ReadySegment, JournalError> {
         match old {
-            Some(old) => self.recycle(vfs, old, seq),
-            None => self.create(vfs, seq),
+            Some(old) => self.recycle(vfs, old, seq, base_lsn),
+            None => self.create(vfs, seq, base_lsn),
         }
     }
 }

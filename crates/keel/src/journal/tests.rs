@@ -19,7 +19,7 @@ pub(crate) fn small_options() -> JournalOptions {
 fn sim() -> (Arc<SimVfs>, PathBuf) {
     let vfs = SimVfs::new(1);
     let dir = PathBuf::from("/j");
-    vfs.create_dir_all(&dir).unwrap();
+    vfs.create_dir_durable(&dir).unwrap();
     (vfs, dir)
 }
 
@@ -339,7 +339,7 @@ fn a_failed_write_in_flight_fails_it_and_everything_after() {
         let vfs = SimVfs::new(seed);
         vfs.set_in_flight(1.0);
         let dir = PathBuf::from("/j");
-        vfs.create_dir_all(&dir).unwrap();
+        vfs.create_dir_durable(&dir).unwrap();
         let opts = JournalOptions {
             segment_size_bytes: 1 << 20,
             writes_in_flight: 2 + (seed % 3) as usize,

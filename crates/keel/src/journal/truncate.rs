@@ -92,6 +92,15 @@ fn truncate_quiet(shared: &Shared, st: &mut State, lsn: Lsn) -> Result<(), Journ
         .expect("record lsn + 1");
     let cut_block = cut / block as u64 * block as u64;
     let tail = bytes[cut_block as usize..cut as usize].to_vec();
+    if st.segments[idx].first_lsn == Some(lsn + 1) {
+        // The cut empties this segment. Once the segments below it are
+        // recycled it may be the chain's first, with no record to say
+        // where numbering goes on: its header says so (`base_lsn`),
+        // written before any record is zeroed, so that a crash at any
+        // point leaves either records or the base.
+        let file = shared.spec.open(shared.vfs.as_ref(), seq)?.file;
+        shared.spec.write_header(file.as_ref(), seq, lsn + 1)?;
+    }
     // Zero from the cut to the end of what was written, in this segment and
     // every later one — backwards, from the last block written to the cut.
     // A crash part-way then leaves an intact prefix of the old chain followed
@@ -112,7 +121,7 @@ fn truncate_quiet(shared: &Shared, st: &mut State, lsn: Lsn) -> Result<(), Journ
             // write of an earlier life may have left records there, of the
             // epoch that the cut chain now ends in.
             let end = if seg.seq == st.active.seq {
-                let reach = super::tolerated_damage_bytes(shared.options.max_write_bytes);
+                let reach = shared.spec.torn_reach_bytes;
                 (active_pos + reach).min(shared.spec.segment_size)
             } else {
                 shared.spec.segment_size

@@ -334,6 +334,9 @@ pub(super) struct Shared {
     pub(super) open_id: AtomicU64,
     /// Threads holding a write permit (at most `writes_in_flight`).
     pub(super) writers: AtomicUsize,
+    /// The highest batch [`CommitHandle::start`] asked to be written
+    /// without a waiter; the flusher thread writes up to it.
+    start_target: AtomicU64,
     pub(super) poisoned: AtomicBool,
     slots: Vec<Slot>,
     /// Held for the journal's lifetime: one process at a time.
@@ -364,6 +367,7 @@ impl Shared {
             flight_records: AtomicU64::new(0),
             open_id: AtomicU64::new(0),
             writers: AtomicUsize::new(0),
+            start_target: AtomicU64::new(0),
             poisoned: AtomicBool::new(false),
             slots: (0..SLOTS).map(|_| Slot::default()).collect(),
             _lock: lock,
@@ -487,8 +491,29 @@ impl CommitHandle {
         Ok(self.lsn)
     }
 
+    /// Start writing the record's batch now, without blocking: the
+    /// journal's flusher thread writes it (sealing the open batch if the
+    /// record is still in it), so that the caller can do other work — a
+    /// store applies the transaction to its tree — while the write is in
+    /// flight, then [`CommitHandle::wait`]s. Costs nothing when the batch's
+    /// write has already started. The record is durable only once `wait`
+    /// (or a callback) says so.
+    pub fn start(&self) {
+        let shared = &self.shared;
+        if shared.started_batch.load(Ordering::Acquire) >= self.batch {
+            return;
+        }
+        // One kick per batch: committers of the same batch find the target
+        // already raised.
+        if shared.start_target.fetch_max(self.batch, Ordering::AcqRel) < self.batch {
+            shared.lock().flusher_kick = true;
+            shared.flusher_cv.notify_one();
+        }
+    }
+
     /// Call `callback` once the record is durable (or failed), from a
-    /// journal thread. For event loops that must not block.
+    /// journal thread, with the outcome of the record's own batch. For
+    /// event loops that must not block.
     pub fn on_durable(self, callback: impl FnOnce(Result<Lsn, JournalError>) + Send + 'static) {
         if self.is_durable() {
             callback(Ok(self.lsn));
@@ -717,7 +742,7 @@ pub(super) fn install_slab(shared: &Shared, st: &mut State, need: usize) {
 fn batch_start(shared: &Shared, st: &State) -> u64 {
     let fresh = match shared.options.batch_start {
         BatchStart::RewriteTail => false,
-        BatchStart::Auto => st.last_batch_one_block,
+        BatchStart::Auto => st.last_batch_one_block || shared.options.writes_in_flight > 1,
         BatchStart::FreshBlock => true,
     };
     if fresh && st.padded_to_block {
@@ -788,7 +813,8 @@ pub(super) fn poison_all(
     e
 }
 
-/// The callback thread: drives batches nobody waits on and runs callbacks.
+/// The flusher thread: writes batches that [`CommitHandle::start`] asked
+/// for, drives batches nobody waits on, and runs callbacks.
 pub(super) fn flusher_loop(shared: Arc<Shared>) {
     loop {
         let mut st = shared.lock();
@@ -802,13 +828,32 @@ pub(super) fn flusher_loop(shared: Arc<Shared>) {
             return;
         }
         st.flusher_kick = false;
-        let callbacks = std::mem::take(&mut st.callbacks);
+        let mut callbacks = std::mem::take(&mut st.callbacks);
         drop(st);
-        let max = callbacks.iter().map(|c| c.0).max().unwrap_or(0);
-        let result = wait_batch(&shared, max);
-        for (_, lsn, cb) in callbacks {
-            cb(result.clone().map(|_| lsn));
+        let target = shared.start_target.load(Ordering::Acquire);
+        if target > shared.started_batch.load(Ordering::Acquire) {
+            // Its committers hear the outcome from their own `wait`.
+            let _ = wait_batch(&shared, target);
         }
+        run_callbacks(&shared, &mut callbacks);
+    }
+}
+
+/// Run `callbacks` in batch order, each with its own batch's outcome: a
+/// batch that became durable before a later one failed reports success.
+fn run_callbacks(shared: &Shared, callbacks: &mut Vec<(u64, Lsn, Callback)>) {
+    callbacks.sort_by_key(|c| c.0);
+    let mut outcome: Option<(u64, Result<(), JournalError>)> = None;
+    for (batch, lsn, cb) in callbacks.drain(..) {
+        let result = match &outcome {
+            Some((b, r)) if *b == batch => r.clone(),
+            _ => {
+                let r = wait_batch(shared, batch);
+                outcome = Some((batch, r.clone()));
+                r
+            }
+        };
+        cb(result.map(|_| lsn));
     }
 }
 
@@ -836,10 +881,11 @@ fn prepare_one<'a>(shared: &'a Shared, mut st: MutexGuard<'a, State>) -> MutexGu
     st.preparing = true;
     let seq = st.spares.back().map_or(st.active.seq, |s| s.seq) + 1;
     let old = st.free.pop_front();
+    let base_lsn = st.next_lsn;
     drop(st);
     let result = shared
         .spec
-        .prepare(shared.vfs.as_ref(), seq, old.as_deref());
+        .prepare(shared.vfs.as_ref(), seq, old.as_deref(), base_lsn);
     let mut st = shared.lock();
     st.preparing = false;
     match result {
@@ -930,6 +976,8 @@ pub(super) fn new_salt(previous: u32) -> u32 {
 pub struct Records {
     vfs: Arc<dyn Vfs>,
     block_size: usize,
+    /// Cap on a decompressed payload (the largest record).
+    max_record_bytes: usize,
     segments: VecDeque<SegMeta>,
     from: Lsn,
     upto: Lsn,
@@ -966,7 +1014,8 @@ impl Records {
                 let start = r.pos as usize + RECORD_HEADER_BYTES;
                 let stored = &bytes[start..start + r.len as usize];
                 let payload = if r.flags & FLAG_LZ4 != 0 {
-                    lz4_decode(stored).ok_or(JournalError::BadCompressedRecord { lsn: r.lsn })?
+                    lz4_decode(stored, self.max_record_bytes)
+                        .ok_or(JournalError::BadCompressedRecord { lsn: r.lsn })?
                 } else {
                     stored.to_vec()
                 };
@@ -989,6 +1038,7 @@ pub(super) fn read_from(shared: &Arc<Shared>, from: Lsn) -> Result<Records, Jour
     Ok(Records {
         vfs: Arc::clone(&shared.vfs),
         block_size: shared.spec.block_size,
+        max_record_bytes: shared.options.max_record_bytes(),
         segments,
         from,
         upto,

@@ -105,7 +105,7 @@ fn check_alignment(vfs: &dyn Vfs, dir: &Path, spec: &RunSpec) -> anyhow::Result<
 pub fn prepare_file(vfs: &dyn Vfs, path: &Path, spec: &RunSpec) -> anyhow::Result<()> {
     let dir = path.parent().unwrap_or(Path::new("."));
     let needed = spec.space_needed_bytes();
-    let available = vfs.free_space(dir)?;
+    let available = vfs.free_space(dir)?.unwrap_or(u64::MAX);
     if needed > available {
         return Err(IoError::NoSpace {
             path: dir.to_path_buf(),
