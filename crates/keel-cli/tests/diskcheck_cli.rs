@@ -212,3 +212,81 @@ fn write_verify_then_lost_and_torn_blocks() {
     drop(server);
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+fn verify_ack_file(acks: &Path, file: &Path, json: bool) -> Output {
+    let mut cmd = keel();
+    cmd.args(["diskcheck", "verify", "--ack-file"]).arg(acks);
+    if json {
+        cmd.arg("--json");
+    }
+    run(cmd.arg("--file").arg(file))
+}
+
+fn json_keys(v: &serde_json::Value) -> Vec<String> {
+    let mut keys: Vec<String> = v.as_object().unwrap().keys().cloned().collect();
+    keys.sort();
+    keys
+}
+
+/// A disk that kept none of the acknowledged writes (every block zeros, or
+/// the file cut to nothing) gets the ordinary verdict: acked N, lost N, the
+/// same JSON fields as any run and the exit status of a run with lost
+/// writes. A file the ack file's run never wrote is still the wrong file.
+#[test]
+fn every_acknowledged_write_lost_is_a_verdict_not_wrong_file() {
+    let dir = std::env::temp_dir().join(format!("keel-dccli-lost-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let (file, acks) = (dir.join("disk.bin"), dir.join("acks.log"));
+    let out = run(keel()
+        .args(["diskcheck", "write", "--ack-file"])
+        .arg(&acks)
+        .args(["--size", "256K", "--block", "4K", "--writes", "200"])
+        .args(["--method", "fdatasync", "--file"])
+        .arg(&file));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let out = verify_ack_file(&acks, &file, true);
+    assert!(out.status.success());
+    let clean: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let acked = clean["acked"].as_u64().unwrap();
+    assert!(acked > 0 && clean["fine"] == acked, "{clean}");
+
+    let len = std::fs::metadata(&file).unwrap().len() as usize;
+    for (what, content) in [("zeroed", vec![0u8; len]), ("emptied", Vec::new())] {
+        std::fs::write(&file, &content).unwrap();
+        let out = verify_ack_file(&acks, &file, true);
+        assert_eq!(out.status.code(), Some(1), "{what}");
+        let r: serde_json::Value = serde_json::from_slice(&out.stdout)
+            .unwrap_or_else(|e| panic!("{what}: {e}: {}", String::from_utf8_lossy(&out.stderr)));
+        assert_eq!(json_keys(&r), json_keys(&clean), "{what}");
+        assert_eq!(r["run_id"], clean["run_id"], "{what}");
+        assert_eq!(
+            (r["acked"].as_u64(), r["lost"].as_u64(), r["fine"].as_u64()),
+            (Some(acked), Some(acked), Some(0)),
+            "{what}: {r}"
+        );
+        assert_eq!(r["errors"], acked, "{what}");
+        let out = verify_ack_file(&acks, &file, false);
+        assert_eq!(out.status.code(), Some(1), "{what}");
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            text.contains("the disk kept none of its acknowledged writes"),
+            "{what}: {text}"
+        );
+    }
+
+    let other = dir.join("other.bin");
+    std::fs::write(&other, vec![0u8; len]).unwrap();
+    let out = verify_ack_file(&acks, &other, false);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("no diskcheck block") && err.contains("wrong file"),
+        "{err}"
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}

@@ -104,8 +104,7 @@ impl WriteConfig {
             threads: self.threads,
             started_us: now_us(),
             method: self.method.name().to_string(),
-            // Only for display: a non-UTF-8 path may grow when made readable.
-            file: truncate(&self.file.display().to_string()).to_string(),
+            file: super::recorded_file_name(&self.file),
             host: truncate(&self.host).to_string(),
         }
     }

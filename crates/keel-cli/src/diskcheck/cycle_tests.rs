@@ -12,7 +12,7 @@ use keel::io::{OpenMode, OpenOptions, RealVfs, Vfs, WriteMethod};
 use super::block::{decode, encode, BlockHeader, Decoded};
 use super::client::{self, Target, WriteConfig, WriteSummary};
 use super::server::{Server, ServerHandle};
-use super::verify::{self, Report, ServerSource, Verdict};
+use super::verify::{self, Report, ServerSource, Verdict, VerifyTarget};
 
 pub(super) fn start_server(vfs: Arc<dyn Vfs>, dir: &Path) -> (Arc<Server>, ServerHandle) {
     let (server, _) = Server::open(vfs, dir, false).expect("server state");
@@ -40,7 +40,7 @@ pub(super) fn config(
         max_writes: Some(writes),
         seed,
         run_id: seed.wrapping_mul(0x2545_F491_4F6C_DD1D) | 1,
-        host: "test".into(),
+        host: HOST.into(),
         batch: 8,
     }
 }
@@ -57,8 +57,24 @@ pub(super) fn write(
     client::run(vfs, &target, cfg, &AtomicBool::new(false), &mut |_, _| {})
 }
 
+/// The host name [`config`] records.
+pub(super) const HOST: &str = "test";
+
+pub(super) fn verify_target(file: &Path, run_id: Option<u64>) -> VerifyTarget<'_> {
+    VerifyTarget {
+        file,
+        host: HOST,
+        run_id,
+    }
+}
+
 pub(super) fn check(vfs: &dyn Vfs, handle: &ServerHandle, file: &Path) -> Report {
-    verify::verify(vfs, &mut ServerSource(handle.addr()), file, None).expect("verify")
+    verify::verify(
+        vfs,
+        &mut ServerSource(handle.addr()),
+        &verify_target(file, None),
+    )
+    .expect("verify")
 }
 
 fn tmp(name: &str) -> PathBuf {
@@ -149,6 +165,147 @@ fn real_file_clean_run_then_each_kind_of_damage() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
+fn verify_with(handle: &ServerHandle, file: &Path, host: &str, run: Option<u64>) -> Report {
+    let target = VerifyTarget {
+        file,
+        host,
+        run_id: run,
+    };
+    verify::verify(&RealVfs, &mut ServerSource(handle.addr()), &target).expect("verify")
+}
+
+fn verify_error(handle: &ServerHandle, file: &Path, host: &str, run: Option<u64>) -> String {
+    let target = VerifyTarget {
+        file,
+        host,
+        run_id: run,
+    };
+    let err = verify::verify(&RealVfs, &mut ServerSource(handle.addr()), &target).unwrap_err();
+    format!("{err:#}")
+}
+
+/// Every acknowledged block of `r` is lost and nothing else is wrong.
+fn assert_all_lost(r: &Report, run_id: u64) {
+    assert_eq!(r.run_id, format!("{run_id:016x}"));
+    assert!(r.acked > 0, "{r:?}");
+    assert_eq!(
+        (r.lost, r.fine, r.torn, r.errors),
+        (r.acked, 0, 0, r.acked),
+        "{r:?}"
+    );
+}
+
+/// A disk that kept none of a run's writes leaves no block naming the run:
+/// `verify` finds it from the server's record of the file (this host, this
+/// path) and reports every acknowledged block lost, whether the file kept
+/// an earlier run's blocks, reads as zeros, is empty, or is gone. A file no
+/// run of this host wrote is still "wrong file".
+#[test]
+fn run_that_left_no_block_is_found_from_the_record() {
+    let dir = tmp("blockless");
+    let vfs = RealVfs::shared();
+    let (_server, handle) = start_server(Arc::clone(&vfs), &dir.join("state"));
+    let file = dir.join("disk.bin");
+    let first = config(&file, 64, 2, WriteMethod::Fdatasync, 200, 11);
+    write(Arc::clone(&vfs), &handle, &first).unwrap();
+    let first_image = std::fs::read(&file).unwrap();
+    let second = config(&file, 64, 2, WriteMethod::Fdatasync, 200, 12);
+    write(Arc::clone(&vfs), &handle, &second).unwrap();
+    assert_eq!(check(vfs.as_ref(), &handle, &file).errors, 0);
+
+    // The second run lost everything; the first run's blocks are back.
+    std::fs::write(&file, &first_image).unwrap();
+    let r = check(vfs.as_ref(), &handle, &file);
+    assert_all_lost(&r, second.run_id);
+    assert!(
+        r.warnings[0].contains(&format!("{:016x}", first.run_id)),
+        "{:?}",
+        r.warnings
+    );
+    let r = verify_with(&handle, &file, HOST, Some(first.run_id));
+    assert_eq!((r.errors, r.fine), (0, r.acked), "{r:?}");
+
+    // Zeros, then an empty file, then no file.
+    std::fs::write(&file, vec![0u8; first_image.len()]).unwrap();
+    assert_all_lost(&check(vfs.as_ref(), &handle, &file), second.run_id);
+    std::fs::write(&file, b"").unwrap();
+    let r = check(vfs.as_ref(), &handle, &file);
+    assert_all_lost(&r, second.run_id);
+    assert!(r.warnings.iter().any(|w| w.contains("shorter")), "{r:?}");
+    std::fs::remove_file(&file).unwrap();
+    let r = check(vfs.as_ref(), &handle, &file);
+    assert_all_lost(&r, second.run_id);
+    assert!(
+        r.warnings.iter().any(|w| w.contains("does not exist")),
+        "{r:?}"
+    );
+    let r = verify_with(&handle, &file, HOST, Some(first.run_id));
+    assert_all_lost(&r, first.run_id);
+
+    // Files no run of this host wrote.
+    let err = verify_error(&handle, &dir.join("missing.bin"), HOST, None);
+    assert!(err.contains("cannot open"), "{err}");
+    let other = dir.join("other.bin");
+    std::fs::write(&other, vec![0u8; first_image.len()]).unwrap();
+    let err = verify_error(&handle, &other, HOST, None);
+    assert!(
+        err.contains("no diskcheck block") && err.contains("wrong file"),
+        "{err}"
+    );
+    assert!(
+        err.contains(&format!("{:016x}", second.run_id)),
+        "the runs the server holds are named: {err}"
+    );
+    std::fs::write(&file, vec![0u8; first_image.len()]).unwrap();
+    let err = verify_error(&handle, &file, "another-host", None);
+    assert!(err.contains("no diskcheck block"), "{err}");
+    let err = verify_error(&handle, &file, HOST, Some(5));
+    assert!(err.contains("no block of run"), "{err}");
+    handle.shutdown();
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// A server that cannot list its runs (one of an older keel answers `List`
+/// with an error).
+struct CannotList(ServerSource);
+
+impl verify::RunSource for CannotList {
+    fn fetch(&mut self, run_id: u64) -> anyhow::Result<Option<crate::diskcheck::state::RunState>> {
+        self.0.fetch(run_id)
+    }
+    fn runs(&mut self) -> anyhow::Result<Vec<crate::diskcheck::state::RunSummary>> {
+        anyhow::bail!("refused to list its runs")
+    }
+    fn describe(&self) -> String {
+        self.0.describe()
+    }
+}
+
+/// Without the list of runs, a file whose blocks name their run is still
+/// verified (with a warning about what could not be checked); a file with
+/// no block cannot be, and the message says why.
+#[test]
+fn source_that_cannot_list_runs() {
+    let dir = tmp("nolist");
+    let vfs = RealVfs::shared();
+    let (_server, handle) = start_server(Arc::clone(&vfs), &dir.join("state"));
+    let file = dir.join("disk.bin");
+    let cfg = config(&file, 64, 1, WriteMethod::Fdatasync, 100, 21);
+    write(Arc::clone(&vfs), &handle, &cfg).unwrap();
+    let mut source = CannotList(ServerSource(handle.addr()));
+    let r = verify::verify(vfs.as_ref(), &mut source, &verify_target(&file, None)).unwrap();
+    assert_eq!((r.errors, r.fine), (0, r.acked), "{r:?}");
+    assert!(r.warnings[0].contains("would go unnoticed"), "{r:?}");
+    std::fs::write(&file, vec![0u8; 64 * 4096]).unwrap();
+    let err = verify::verify(vfs.as_ref(), &mut source, &verify_target(&file, None)).unwrap_err();
+    assert!(
+        format!("{err:#}").contains("could not be listed"),
+        "{err:#}"
+    );
+    handle.shutdown();
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
 /// Bad input: an unreachable server writes nothing; a file that is not a
 /// diskcheck file, or a run the server does not know, is a clear error.
 #[test]
@@ -203,21 +360,28 @@ fn bad_input_is_refused_clearly() {
 
     let (_server, handle) = start_server(Arc::clone(&vfs), &dir.join("state"));
     std::fs::write(&file, vec![7u8; 65536]).unwrap();
-    let err =
-        verify::verify(vfs.as_ref(), &mut ServerSource(handle.addr()), &file, None).unwrap_err();
+    let err = verify::verify(
+        vfs.as_ref(),
+        &mut ServerSource(handle.addr()),
+        &verify_target(&file, None),
+    )
+    .unwrap_err();
     assert!(format!("{err:#}").contains("no diskcheck block"), "{err:#}");
     // A run the server never saw (another server's state directory).
     let (_other, other_handle) = start_server(Arc::clone(&vfs), &dir.join("other"));
     std::fs::remove_file(&file).unwrap();
     write(Arc::clone(&vfs), &other_handle, &cfg).unwrap();
-    let err =
-        verify::verify(vfs.as_ref(), &mut ServerSource(handle.addr()), &file, None).unwrap_err();
+    let err = verify::verify(
+        vfs.as_ref(),
+        &mut ServerSource(handle.addr()),
+        &verify_target(&file, None),
+    )
+    .unwrap_err();
     assert!(format!("{err:#}").contains("none of which"), "{err:#}");
     let err = verify::verify(
         vfs.as_ref(),
         &mut ServerSource(other_handle.addr()),
-        &file,
-        Some(5),
+        &verify_target(&file, Some(5)),
     )
     .unwrap_err();
     assert!(format!("{err:#}").contains("no block of run"), "{err:#}");
@@ -251,13 +415,22 @@ fn ack_file_cycle() {
     )
     .unwrap();
     assert_eq!(summary.writes, 300);
-    let mut source = verify::AckFileSource {
-        vfs: Arc::clone(&vfs),
-        path: acks.clone(),
-    };
-    let r = verify::verify(vfs.as_ref(), &mut source, &file, None).unwrap();
+    let mut source = verify::AckFileSource::new(Arc::clone(&vfs), acks.clone());
+    let r = verify::verify(vfs.as_ref(), &mut source, &verify_target(&file, None)).unwrap();
     assert_eq!((r.errors, r.in_flight), (0, 0), "{r:?}");
     assert!(r.fine > 0);
+    // The disk lost every write: the ack file's run is this file's.
+    let len = std::fs::metadata(&file).unwrap().len() as usize;
+    std::fs::write(&file, vec![0u8; len]).unwrap();
+    let mut source = verify::AckFileSource::new(Arc::clone(&vfs), acks.clone());
+    let r = verify::verify(vfs.as_ref(), &mut source, &verify_target(&file, None)).unwrap();
+    assert_all_lost(&r, cfg.run_id);
+    // Another file, zeros too, was never written by the ack file's run.
+    let other = dir.join("other.bin");
+    std::fs::write(&other, vec![0u8; len]).unwrap();
+    let mut source = verify::AckFileSource::new(Arc::clone(&vfs), acks.clone());
+    let err = verify::verify(vfs.as_ref(), &mut source, &verify_target(&other, None)).unwrap_err();
+    assert!(format!("{err:#}").contains("no diskcheck block"), "{err:#}");
     // The ack file is never overwritten by a new run.
     let err = client::run(
         Arc::clone(&vfs),

@@ -22,7 +22,7 @@ mod cycle_tests;
 mod sim_tests;
 
 use std::net::{SocketAddr, TcpListener, ToSocketAddrs};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -33,6 +33,25 @@ use clap::{Args, Subcommand};
 use keel::io::{DeviceInfo, RealVfs, WriteMethod};
 
 use crate::util::Size;
+
+/// How a run names its file in its record ([`state::RunMeta::file`]), and
+/// how `verify` names the file it is given, so that the two compare equal
+/// however the path was spelled: absolute, with the directory resolved
+/// (`..`, symbolic links) when it exists — it does when `write` starts, and
+/// normally still after the power cut, even if the file is gone. Only the
+/// name is computed: nothing is opened. Lossy for a non-UTF-8 path and cut
+/// to the wire's string limit: good for finding a run, not for opening
+/// the file.
+pub fn recorded_file_name(path: &Path) -> String {
+    let absolute = std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf());
+    let resolved = match (absolute.parent(), absolute.file_name()) {
+        (Some(dir), Some(name)) => std::fs::canonicalize(dir)
+            .map(|dir| dir.join(name))
+            .unwrap_or(absolute),
+        _ => absolute,
+    };
+    wire::truncate(&resolved.display().to_string()).to_string()
+}
 
 /// Microseconds since the Unix epoch on this machine's clock.
 pub fn now_us() -> u64 {
@@ -125,7 +144,8 @@ pub struct VerifyArgs {
     /// The file `write` wrote.
     #[arg(long)]
     file: PathBuf,
-    /// Verify this run (hex id) instead of the newest one found in the file.
+    /// Verify this run (hex id) instead of the newest one of the file (found
+    /// in its blocks, or recorded for its path on this host).
     #[arg(long, value_parser = parse_run_id)]
     run: Option<u64>,
     /// Print the report as JSON.
@@ -248,13 +268,15 @@ fn verify_cmd(a: VerifyArgs) -> anyhow::Result<ExitCode> {
     let vfs = RealVfs::shared();
     let mut source: Box<dyn verify::RunSource> = match (&a.recorder.server, &a.recorder.ack_file) {
         (Some(s), _) => Box::new(verify::ServerSource(resolve(s)?)),
-        (None, Some(p)) => Box::new(verify::AckFileSource {
-            vfs: Arc::clone(&vfs),
-            path: p.clone(),
-        }),
+        (None, Some(p)) => Box::new(verify::AckFileSource::new(Arc::clone(&vfs), p.clone())),
         (None, None) => unreachable!("clap requires one recorder"),
     };
-    let mut report = verify::verify(vfs.as_ref(), source.as_mut(), &a.file, a.run)?;
+    let target = verify::VerifyTarget {
+        file: &a.file,
+        host: &host_name(),
+        run_id: a.run,
+    };
+    let mut report = verify::verify(vfs.as_ref(), source.as_mut(), &target)?;
     let listed_all = report.error_blocks.len() <= a.max_listed;
     report.error_blocks.truncate(a.max_listed);
     if a.json {
@@ -301,6 +323,12 @@ fn print_report(r: &verify::Report, listed_all: bool) {
     if r.errors == 0 {
         println!("no error: every acknowledged write was found");
         return;
+    }
+    if r.acked > 0 && r.lost == r.acked {
+        println!(
+            "the disk kept none of its acknowledged writes: all {} blocks acknowledged in this run are lost",
+            r.acked
+        );
     }
     println!("ERRORS: {}", r.errors);
     println!("errors by seconds before the end of the run:");
@@ -383,6 +411,22 @@ mod tests {
         assert!(parse_duration("5d").is_err());
         assert_eq!(parse_run_id("00ff"), Ok(255));
         assert!(parse_run_id("zz").is_err());
+    }
+
+    #[test]
+    fn recorded_file_names_agree_across_spellings() {
+        let dir = std::env::temp_dir().join(format!("keel-dcname-{}", std::process::id()));
+        std::fs::create_dir_all(dir.join("sub")).unwrap();
+        let plain = recorded_file_name(&dir.join("f.bin"));
+        assert!(Path::new(&plain).is_absolute(), "{plain}");
+        let roundabout = dir.join("sub").join("..").join(".").join("f.bin");
+        assert_eq!(recorded_file_name(&roundabout), plain);
+        // A directory that does not exist is named as given.
+        assert_eq!(
+            recorded_file_name(Path::new("/no/such/dir/f")),
+            "/no/such/dir/f"
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]

@@ -16,7 +16,7 @@ use anyhow::{anyhow, bail, Context};
 
 use super::log::RunLog;
 use super::now_us;
-use super::state::Entry;
+use super::state::{Entry, RunState, RunSummary};
 use super::wire::{read_frame, write_frame, Reply, Request};
 
 /// How long to wait for a TCP connection to the server.
@@ -360,33 +360,58 @@ impl Recorder for FileRecorder {
 }
 
 /// Ask a server for everything it recorded about a run (`None`: unknown).
-pub fn query(addr: SocketAddr, run_id: u64) -> anyhow::Result<Option<super::state::RunState>> {
-    let stream = TcpStream::connect_timeout(&addr, CONNECT_TIMEOUT)
-        .with_context(|| format!("cannot reach the diskcheck server at {addr}"))?;
-    stream.set_nodelay(true)?;
-    let mut reader = BufReader::new(stream.try_clone()?);
-    let mut writer = BufWriter::new(stream);
-    write_frame(&mut writer, &Request::Query { run_id }.encode())?;
-    writer.flush()?;
-    let mut next = || -> anyhow::Result<Reply> {
-        let body = read_frame(&mut reader)?.context("the server closed the connection")?;
-        Ok(Reply::decode(&body)?)
-    };
-    let summary = match next()? {
+pub fn query(addr: SocketAddr, run_id: u64) -> anyhow::Result<Option<RunState>> {
+    let mut reader = ask(addr, &Request::Query { run_id })?;
+    let summary = match next_reply(&mut reader)? {
         Reply::Unknown => return Ok(None),
         Reply::Run(s) => s,
         Reply::Err(msg) => bail!("the diskcheck server refused the query: {msg}"),
         other => bail!("unexpected reply {other:?}"),
     };
-    let mut state = super::state::RunState {
+    let mut state = RunState {
         summary,
         blocks: Default::default(),
     };
     loop {
-        match next()? {
+        match next_reply(&mut reader)? {
             Reply::Blocks(v) => state.blocks.extend(v),
             Reply::Done => return Ok(Some(state)),
             other => return Err(anyhow!("unexpected reply {other:?} in a query answer")),
         }
     }
+}
+
+/// Ask a server for the summary of every run it recorded.
+pub fn list(addr: SocketAddr) -> anyhow::Result<Vec<RunSummary>> {
+    let mut reader = ask(addr, &Request::List)?;
+    let mut runs = Vec::new();
+    loop {
+        match next_reply(&mut reader)? {
+            Reply::Run(s) => runs.push(s),
+            Reply::Done => return Ok(runs),
+            // A server older than `List` answers "unknown message kind".
+            Reply::Err(msg) => bail!(
+                "the diskcheck server refused to list its runs: {msg} \
+                 (run the same keel version on both machines)"
+            ),
+            other => bail!("unexpected reply {other:?} in a list answer"),
+        }
+    }
+}
+
+/// Connect to a server and send one request; returns the reading half.
+fn ask(addr: SocketAddr, req: &Request) -> anyhow::Result<BufReader<TcpStream>> {
+    let stream = TcpStream::connect_timeout(&addr, CONNECT_TIMEOUT)
+        .with_context(|| format!("cannot reach the diskcheck server at {addr}"))?;
+    stream.set_nodelay(true)?;
+    let reader = BufReader::new(stream.try_clone()?);
+    let mut writer = BufWriter::new(stream);
+    write_frame(&mut writer, &req.encode())?;
+    writer.flush()?;
+    Ok(reader)
+}
+
+fn next_reply(reader: &mut BufReader<TcpStream>) -> anyhow::Result<Reply> {
+    let body = read_frame(reader)?.context("the server closed the connection")?;
+    Ok(Reply::decode(&body)?)
 }

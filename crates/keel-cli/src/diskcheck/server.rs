@@ -164,6 +164,10 @@ impl Server {
                     finish_batch(&mut writer, &mut sync_to, &mut replies)?;
                     self.answer_query(&mut writer, run_id)
                 }
+                Ok(Request::List) => {
+                    finish_batch(&mut writer, &mut sync_to, &mut replies)?;
+                    self.answer_list(&mut writer)
+                }
                 // A batch is synced against one run's log: close it before
                 // the connection switches runs.
                 Ok(req @ (Request::Begin(_) | Request::Attach { .. })) => {
@@ -221,7 +225,9 @@ impl Server {
                 }
                 Ok(Some(pos))
             }
-            Request::Query { .. } => unreachable!("queries are answered by the caller"),
+            Request::Query { .. } | Request::List => {
+                unreachable!("queries are answered by the caller")
+            }
         }
     }
 
@@ -276,6 +282,22 @@ impl Server {
         write_frame(w, &Reply::Run(summary).encode())?;
         for chunk in blocks.chunks(MAX_ENTRIES) {
             write_frame(w, &Reply::Blocks(chunk.to_vec()).encode())?;
+        }
+        write_frame(w, &Reply::Done.encode())?;
+        w.flush()?;
+        Ok(())
+    }
+
+    /// One `Run` per recorded run (in run id order), then `Done`.
+    fn answer_list(&self, w: &mut impl Write) -> anyhow::Result<()> {
+        let logs: Vec<Arc<RunLog>> = self.runs.lock().expect("runs").values().cloned().collect();
+        let mut summaries: Vec<_> = logs
+            .iter()
+            .map(|log| log.with_state(|s| s.summary.clone()))
+            .collect();
+        summaries.sort_unstable_by_key(|s| s.meta.run_id);
+        for summary in summaries {
+            write_frame(w, &Reply::Run(summary).encode())?;
         }
         write_frame(w, &Reply::Done.encode())?;
         w.flush()?;
@@ -439,6 +461,14 @@ mod tests {
             Reply::Done
         );
         assert_eq!(call(&mut c, &Request::Query { run_id: 1 }), Reply::Unknown);
+        let Reply::Run(listed) = call(&mut c, &Request::List) else {
+            panic!()
+        };
+        assert_eq!(listed.meta, test_meta(9, 10));
+        assert_eq!(
+            Reply::decode(&read_frame(&mut c).unwrap().unwrap()).unwrap(),
+            Reply::Done
+        );
         handle.shutdown();
         std::fs::remove_dir_all(&dir).unwrap();
     }

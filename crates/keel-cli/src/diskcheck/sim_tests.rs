@@ -225,6 +225,32 @@ fn lying_disk_every_lost_write_is_reported() {
     }
 }
 
+/// The worst lying disk: every write it acknowledged is gone at the power
+/// cut, so the file holds no block of the run at all. The run is found from
+/// the server's record of the file, and every acknowledged block is
+/// reported lost: the ordinary report, not "wrong file".
+#[test]
+fn disk_that_loses_every_write_is_reported_lost() {
+    for seed in 300..304 {
+        let (r, t, state, _) = cycle(seed, WriteMethod::OdirectDsync, Fault::Lying(1.0));
+        assert_matches(seed, &r, &t);
+        assert_eq!(r.run_id, format!("{:016x}", state.meta().run_id));
+        assert!(r.acked > 0, "seed {seed}: {r:?}");
+        assert_eq!(
+            (r.lost, r.fine, r.errors),
+            (r.acked, 0, r.acked),
+            "seed {seed}"
+        );
+        assert!(
+            r.warnings
+                .iter()
+                .any(|w| w.contains("holds no block of run")),
+            "seed {seed}: {:?}",
+            r.warnings
+        );
+    }
+}
+
 /// A disk that misdirects writes: the block that received another's data
 /// is `misdirected`, and the block that should have received it `lost`.
 #[test]

@@ -5,20 +5,27 @@
 //! generation `A`, or `A + 1` if that write was announced (in flight when
 //! the power went): old and new content are both correct for a write whose
 //! sync had not returned. Anything else is an error of one of four kinds.
+//!
+//! The run is found from the run ids in the blocks, and from the record:
+//! a disk that lost every write of a run leaves no block naming it, so the
+//! newest run the recorder holds for this file (host and path) is checked
+//! too, and wins when it began after every block in the file was written.
 
 use std::collections::{BTreeMap, HashMap};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use anyhow::{bail, Context};
+use anyhow::{anyhow, bail, Context};
 use keel::io::{OpenMode, OpenOptions, Vfs, VfsFile};
 use serde::Serialize;
 
 use super::block::{decode, header_in_sector, Decoded, SectorTag, SECTOR_BYTES};
 use super::log::RunLog;
-use super::recorder::query;
-use super::state::{BlockRecord, RunState};
+use super::recorded_file_name;
+use super::recorder::{list, query};
+use super::state::{BlockRecord, RunMeta, RunState, RunSummary};
+use super::wire::truncate;
 
 /// Bytes read per system call while scanning.
 const SCAN_CHUNK_BYTES: usize = 4 << 20;
@@ -27,6 +34,8 @@ const SCAN_CHUNK_BYTES: usize = 4 << 20;
 pub trait RunSource {
     /// The run's record, or `None` if this source never recorded it.
     fn fetch(&mut self, run_id: u64) -> anyhow::Result<Option<RunState>>;
+    /// The summary of every run this source recorded.
+    fn runs(&mut self) -> anyhow::Result<Vec<RunSummary>>;
     /// For messages: "the server at …", "the ack file …".
     fn describe(&self) -> String;
 }
@@ -38,21 +47,48 @@ impl RunSource for ServerSource {
     fn fetch(&mut self, run_id: u64) -> anyhow::Result<Option<RunState>> {
         query(self.0, run_id)
     }
+    fn runs(&mut self) -> anyhow::Result<Vec<RunSummary>> {
+        list(self.0)
+    }
     fn describe(&self) -> String {
         format!("the server at {}", self.0)
     }
 }
 
-/// A single-machine ack file.
+/// A single-machine ack file: the log of one run.
 pub struct AckFileSource {
-    pub vfs: Arc<dyn Vfs>,
-    pub path: PathBuf,
+    vfs: Arc<dyn Vfs>,
+    path: PathBuf,
+    /// The log, read once: it grows by some 40 bytes per write.
+    loaded: Option<RunState>,
+}
+
+impl AckFileSource {
+    pub fn new(vfs: Arc<dyn Vfs>, path: PathBuf) -> Self {
+        AckFileSource {
+            vfs,
+            path,
+            loaded: None,
+        }
+    }
+
+    fn state(&mut self) -> anyhow::Result<&RunState> {
+        if self.loaded.is_none() {
+            self.loaded = Some(RunLog::load(self.vfs.as_ref(), &self.path)?.state);
+        }
+        Ok(self.loaded.as_ref().expect("loaded above"))
+    }
 }
 
 impl RunSource for AckFileSource {
     fn fetch(&mut self, run_id: u64) -> anyhow::Result<Option<RunState>> {
-        let loaded = RunLog::load(self.vfs.as_ref(), &self.path)?;
-        Ok((loaded.state.meta().run_id == run_id).then_some(loaded.state))
+        if self.state()?.meta().run_id != run_id {
+            return Ok(None);
+        }
+        Ok(self.loaded.take())
+    }
+    fn runs(&mut self) -> anyhow::Result<Vec<RunSummary>> {
+        Ok(vec![self.state()?.summary.clone()])
     }
     fn describe(&self) -> String {
         format!("the ack file {}", self.path.display())
@@ -221,19 +257,52 @@ impl Report {
     }
 }
 
-/// Verify `file` against the run found in it (or `run_id`).
+/// What to verify.
+#[derive(Clone, Copy, Debug)]
+pub struct VerifyTarget<'a> {
+    /// The file `write` wrote.
+    pub file: &'a Path,
+    /// This machine's host name: a run recorded for the same path on
+    /// another machine wrote another file.
+    pub host: &'a str,
+    /// The run to check (`--run`) instead of the newest.
+    pub run_id: Option<u64>,
+}
+
+/// The run to verify, and what the report should say about the choice.
+struct Found {
+    state: RunState,
+    warnings: Vec<String>,
+}
+
+/// Verify the target file against its newest run (or `target.run_id`).
 pub fn verify(
     vfs: &dyn Vfs,
     source: &mut dyn RunSource,
-    file: &Path,
-    run_id: Option<u64>,
+    target: &VerifyTarget<'_>,
 ) -> anyhow::Result<Report> {
-    let f = vfs
-        .open(file, OpenOptions::new(OpenMode::Buffered).read_only(true))
-        .with_context(|| format!("cannot open {}", file.display()))?;
-    let candidates = runs_in_file(f.as_ref())?;
-    let state = find_run(source, file, &candidates, run_id)?;
-    let mut report = check_blocks(f.as_ref(), &state)?;
+    let file = target.file;
+    let (f, missing) = match vfs.open(file, OpenOptions::new(OpenMode::Buffered).read_only(true)) {
+        Ok(f) => (Some(f), None),
+        // `write` made the file's directory entry durable before its first
+        // write, so a file that is gone lost every acknowledged write, if a
+        // run of it is recorded; if none is, the open error is the answer.
+        Err(e) if e.is_not_found() => (None, Some(e)),
+        Err(e) => return Err(e).with_context(|| format!("cannot open {}", file.display())),
+    };
+    let in_file = match &f {
+        Some(f) => runs_in_file(f.as_ref())?,
+        None => HashMap::new(),
+    };
+    let found = match (find_run(source, target, &in_file), missing) {
+        (Ok(found), _) => found,
+        (Err(_), Some(e)) => {
+            return Err(e).with_context(|| format!("cannot open {}", file.display()))
+        }
+        (Err(e), None) => return Err(e),
+    };
+    let mut report = check_blocks(f.as_deref(), &found.state)?;
+    report.warnings.splice(0..0, found.warnings);
     report.file = file.display().to_string();
     report.recorded_by = source.describe();
     Ok(report)
@@ -263,45 +332,230 @@ fn runs_in_file(f: &dyn VfsFile) -> anyhow::Result<HashMap<u64, u64>> {
     Ok(runs)
 }
 
-/// The run to verify: the newest run in the file that the source knows.
+/// The run to verify: `--run` if given; else the newest run recorded for
+/// this file if it left no block in it (see [`newest_blockless_run`]); else
+/// the newest run in the file that the source knows.
 fn find_run(
     source: &mut dyn RunSource,
-    file: &Path,
-    candidates: &HashMap<u64, u64>,
-    wanted: Option<u64>,
-) -> anyhow::Result<RunState> {
-    if candidates.is_empty() {
-        bail!(
-            "{} holds no diskcheck block: wrong file, or `keel diskcheck write` never wrote to it",
-            file.display()
+    target: &VerifyTarget<'_>,
+    in_file: &HashMap<u64, u64>,
+) -> anyhow::Result<Found> {
+    if let Some(id) = target.run_id {
+        return find_wanted(source, target, in_file, id);
+    }
+    let runs = match source.runs() {
+        Ok(runs) => runs,
+        Err(e) if in_file.is_empty() => bail!(
+            "{} holds no diskcheck block, and the runs {} recorded could not be listed: {e:#}",
+            target.file.display(),
+            source.describe()
+        ),
+        // The blocks in the file still name their run: verify it, and say
+        // what could not be checked.
+        Err(e) => {
+            let state = newest_known_in_file(source, target, in_file)?;
+            let warning = format!(
+                "{e:#}; a newer run of this file that left no block in it would go unnoticed"
+            );
+            return Ok(Found {
+                state,
+                warnings: vec![warning],
+            });
+        }
+    };
+    if let Some(found) = newest_blockless_run(source, target, in_file, &runs)? {
+        return Ok(found);
+    }
+    if in_file.is_empty() {
+        bail!(no_run_of_file(source, target, &runs));
+    }
+    let state = newest_known_in_file(source, target, in_file)?;
+    Ok(Found {
+        state,
+        warnings: Vec::new(),
+    })
+}
+
+/// The "wrong file" message, with the newest runs the source does hold, in
+/// case the path was spelled another way than `write` recorded it.
+fn no_run_of_file(
+    source: &dyn RunSource,
+    target: &VerifyTarget<'_>,
+    runs: &[RunSummary],
+) -> String {
+    const SHOWN: usize = 3;
+    let mut msg = format!(
+        "{} holds no diskcheck block, and {} recorded no run of it on {}: wrong file, \
+         or `keel diskcheck write` never wrote to it",
+        target.file.display(),
+        source.describe(),
+        target.host
+    );
+    let mut newest: Vec<&RunSummary> = runs.iter().collect();
+    newest.sort_unstable_by_key(|s| std::cmp::Reverse(s.meta.started_us));
+    if !newest.is_empty() {
+        let shown: Vec<String> = newest
+            .iter()
+            .take(SHOWN)
+            .map(|s| {
+                format!(
+                    "{:016x} ({} on {})",
+                    s.meta.run_id, s.meta.file, s.meta.host
+                )
+            })
+            .collect();
+        msg += &format!(
+            "; its newest run(s): {}{}; if one of them wrote this file, name it with --run",
+            shown.join(", "),
+            if newest.len() > SHOWN { ", …" } else { "" }
         );
     }
-    let mut ids: Vec<(u64, u64)> = candidates.iter().map(|(id, t)| (*t, *id)).collect();
+    msg
+}
+
+/// Whether `meta` records a run that wrote `target.file` from this host:
+/// the same host name and the same path, absolute as `write` records it, or
+/// as typed (older versions of `write` recorded it so).
+fn wrote(meta: &RunMeta, target: &VerifyTarget<'_>) -> bool {
+    meta.host == truncate(target.host)
+        && (meta.file == recorded_file_name(target.file)
+            || meta.file == truncate(&target.file.display().to_string()))
+}
+
+/// The runs in the file, the one with the newest block first.
+fn newest_first(in_file: &HashMap<u64, u64>) -> Vec<u64> {
+    let mut ids: Vec<(u64, u64)> = in_file.iter().map(|(id, t)| (*t, *id)).collect();
     ids.sort_unstable_by(|a, b| b.cmp(a));
-    let listed = ids
+    ids.into_iter().map(|(_, id)| id).collect()
+}
+
+/// The runs in the file, for messages.
+fn listed(in_file: &HashMap<u64, u64>) -> String {
+    newest_first(in_file)
         .iter()
-        .map(|(_, id)| format!("{id:016x}"))
+        .map(|id| format!("{id:016x}"))
         .collect::<Vec<_>>()
-        .join(", ");
-    if let Some(id) = wanted {
-        if !candidates.contains_key(&id) {
-            bail!("{} holds no block of run {id:016x} (it holds run(s) {listed}): wrong file or run id", file.display());
-        }
-        ids.retain(|(_, c)| *c == id);
+        .join(", ")
+}
+
+/// The newest run the source recorded for this file (host and path) if it
+/// began after the newest block in the file was written: the disk lost
+/// every write of it (or it acknowledged none). Without this, a file that
+/// kept blocks of an earlier run would be verified against that run, and
+/// pass.
+fn newest_blockless_run(
+    source: &mut dyn RunSource,
+    target: &VerifyTarget<'_>,
+    in_file: &HashMap<u64, u64>,
+    runs: &[RunSummary],
+) -> anyhow::Result<Option<Found>> {
+    let newest_block_us = in_file.values().copied().max();
+    let newest = runs
+        .iter()
+        .filter(|s| wrote(&s.meta, target) && !in_file.contains_key(&s.meta.run_id))
+        .filter(|s| newest_block_us.is_none_or(|t| s.meta.started_us > t))
+        .max_by_key(|s| (s.meta.started_us, s.meta.run_id));
+    let Some(run) = newest else {
+        return Ok(None);
+    };
+    let id = run.meta.run_id;
+    let state = source.fetch(id)?.with_context(|| {
+        format!(
+            "{} listed run {id:016x} but has no record of it",
+            source.describe()
+        )
+    })?;
+    let mut warning = format!(
+        "the file holds no block of run {id:016x}; it is checked as the newest run {} \
+         recorded for {} on {}",
+        source.describe(),
+        run.meta.file,
+        run.meta.host
+    );
+    if !in_file.is_empty() {
+        warning += &format!(
+            "; it holds blocks of earlier run(s) {}: check those with --run",
+            listed(in_file)
+        );
     }
-    for (_, id) in &ids {
-        if let Some(state) = source.fetch(*id)? {
+    Ok(Some(Found {
+        state,
+        warnings: vec![warning],
+    }))
+}
+
+/// The newest run in the file that the source knows.
+fn newest_known_in_file(
+    source: &mut dyn RunSource,
+    target: &VerifyTarget<'_>,
+    in_file: &HashMap<u64, u64>,
+) -> anyhow::Result<RunState> {
+    let file = target.file.display();
+    if in_file.is_empty() {
+        bail!("{file} holds no diskcheck block");
+    }
+    for id in newest_first(in_file) {
+        if let Some(state) = source.fetch(id)? {
             return Ok(state);
         }
     }
     bail!(
-        "{} holds run(s) {listed}, none of which {} recorded: wrong file, server or state directory",
-        file.display(),
+        "{file} holds run(s) {}, none of which {} recorded: wrong file, server or state directory",
+        listed(in_file),
         source.describe()
     )
 }
 
-fn check_blocks(f: &dyn VfsFile, state: &RunState) -> anyhow::Result<Report> {
+/// `--run`: the run named, whether or not the file holds a block of it.
+fn find_wanted(
+    source: &mut dyn RunSource,
+    target: &VerifyTarget<'_>,
+    in_file: &HashMap<u64, u64>,
+    id: u64,
+) -> anyhow::Result<Found> {
+    let file = target.file.display();
+    let state = source.fetch(id)?;
+    if in_file.contains_key(&id) {
+        let state = state.ok_or_else(|| {
+            anyhow!(
+                "{file} holds run {id:016x}, which {} did not record: wrong server or state directory",
+                source.describe()
+            )
+        })?;
+        return Ok(Found {
+            state,
+            warnings: Vec::new(),
+        });
+    }
+    let Some(state) = state else {
+        let held = if in_file.is_empty() {
+            String::new()
+        } else {
+            format!(" (it holds run(s) {})", listed(in_file))
+        };
+        bail!(
+            "{file} holds no block of run {id:016x}{held}, and {} has no record of it: \
+             wrong file or run id",
+            source.describe()
+        );
+    };
+    let mut warnings = vec![format!("the file holds no block of run {id:016x}")];
+    if !wrote(state.meta(), target) {
+        warnings.push(format!(
+            "run {id:016x} wrote {} on {}, not {} on {}: if that is another file, \
+             its blocks are not lost, they are elsewhere",
+            state.meta().file,
+            state.meta().host,
+            recorded_file_name(target.file),
+            target.host
+        ));
+    }
+    Ok(Found { state, warnings })
+}
+
+/// Compare every block of the run with its record; `f` is `None` for a
+/// file that no longer exists.
+fn check_blocks(f: Option<&dyn VfsFile>, state: &RunState) -> anyhow::Result<Report> {
     let meta = state.meta();
     let bb = meta.block_bytes as usize;
     let mut report = Report {
@@ -314,8 +568,16 @@ fn check_blocks(f: &dyn VfsFile, state: &RunState) -> anyhow::Result<Report> {
         run_ended_cleanly: state.summary.ended,
         ..Report::default()
     };
-    let len = f.len()?;
-    if len < meta.size_bytes() {
+    let len = match f {
+        Some(f) => f.len()?,
+        None => {
+            report
+                .warnings
+                .push("the file does not exist: every block counts as unwritten".to_string());
+            0
+        }
+    };
+    if f.is_some() && len < meta.size_bytes() {
         report.warnings.push(format!(
             "the file is {len} bytes, shorter than the run's {}: blocks past its end count as unwritten",
             meta.size_bytes()
@@ -360,10 +622,17 @@ fn check_blocks(f: &dyn VfsFile, state: &RunState) -> anyhow::Result<Report> {
 }
 
 /// Read `buf.len()` bytes at `offset`; what lies past the end of the file
-/// reads as zeros.
-fn read_blocks(f: &dyn VfsFile, buf: &mut [u8], offset: u64, len: u64) -> anyhow::Result<()> {
+/// (of length `len`, 0 when it does not exist) reads as zeros.
+fn read_blocks(
+    f: Option<&dyn VfsFile>,
+    buf: &mut [u8],
+    offset: u64,
+    len: u64,
+) -> anyhow::Result<()> {
     let avail = len.saturating_sub(offset).min(buf.len() as u64) as usize;
-    f.read_exact_at(&mut buf[..avail], offset)?;
+    if let Some(f) = f.filter(|_| avail > 0) {
+        f.read_exact_at(&mut buf[..avail], offset)?;
+    }
     buf[avail..].fill(0);
     Ok(())
 }

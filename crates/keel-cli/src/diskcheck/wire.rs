@@ -7,7 +7,8 @@ use std::io::{Read, Write};
 
 use super::state::{BlockRecord, Entry, RunMeta, RunSummary};
 
-/// Bumped on any incompatible change; sent in `Begin`, `Attach` and `Query`.
+/// Bumped on any incompatible change; sent in `Begin`, `Attach`, `Query`
+/// and `List`.
 pub const PROTOCOL_VERSION: u32 = 1;
 /// Largest frame body either side accepts: bounds memory per connection.
 pub const MAX_FRAME_BYTES: usize = 1 << 20;
@@ -166,7 +167,8 @@ impl<'a> Dec<'a> {
 }
 
 /// What a client asks. Every request gets exactly one reply, except `Query`
-/// (a `Run`, then `Blocks` frames, then `Done`; or `Unknown`).
+/// (a `Run`, then `Blocks` frames, then `Done`; or `Unknown`) and `List`
+/// (a `Run` per run, then `Done`).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Request {
     /// Start recording a run (idempotent: the same meta again is accepted).
@@ -181,6 +183,9 @@ pub enum Request {
     End { acked_writes: u64 },
     /// Send back everything recorded for a run.
     Query { run_id: u64 },
+    /// Send back the summary of every run recorded: how `verify` finds the
+    /// run of a file that holds no block of it.
+    List,
 }
 
 /// What the server answers.
@@ -190,11 +195,11 @@ pub enum Reply {
     Ok,
     /// The request was refused; the server closes the connection.
     Err(String),
-    /// First answer to `Query`.
+    /// First answer to `Query`; one per run in answer to `List`.
     Run(RunSummary),
     /// Per-block records of the queried run.
     Blocks(Vec<(u64, BlockRecord)>),
-    /// Last answer to `Query`.
+    /// Last answer to `Query` and `List`.
     Done,
     /// `Query` for a run the server never recorded.
     Unknown,
@@ -207,6 +212,7 @@ mod kind {
     pub const ACKS: u8 = 0x04;
     pub const END: u8 = 0x05;
     pub const QUERY: u8 = 0x06;
+    pub const LIST: u8 = 0x07;
     pub const OK: u8 = 0x81;
     pub const ERR: u8 = 0x82;
     pub const RUN: u8 = 0x83;
@@ -229,6 +235,7 @@ impl Request {
             Request::Acks(v) => e.u8(kind::ACKS).entries(v),
             Request::End { acked_writes } => e.u8(kind::END).u64(*acked_writes),
             Request::Query { run_id } => e.u8(kind::QUERY).u32(PROTOCOL_VERSION).u64(*run_id),
+            Request::List => e.u8(kind::LIST).u32(PROTOCOL_VERSION),
         };
         e.0
     }
@@ -255,6 +262,10 @@ impl Request {
             kind::QUERY => {
                 d.version()?;
                 Request::Query { run_id: d.u64()? }
+            }
+            kind::LIST => {
+                d.version()?;
+                Request::List
             }
             k => return Err(WireError::UnknownKind(k)),
         };
@@ -400,6 +411,7 @@ mod tests {
             Request::Acks(vec![]),
             Request::End { acked_writes: 77 },
             Request::Query { run_id: 42 },
+            Request::List,
         ] {
             assert_eq!(Request::decode(&r.encode()).unwrap(), r);
         }
