@@ -15,7 +15,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
-use keel::io::{CrashMode, SimVfs, Vfs, WriteMethod};
+use keel::io::{CrashMode, OpKind, SimVfs, Vfs, WriteMethod};
 use keel::journal::{BatchStart, Journal, JournalError, JournalOptions, Lsn, RecoveryMode};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
@@ -51,6 +51,30 @@ struct Model {
     history: BTreeMap<Lsn, Vec<u8>>,
     /// A truncation that may or may not have happened (crashed inside).
     truncate_in_doubt: Option<Lsn>,
+}
+
+/// What the campaign covered.
+#[derive(Default)]
+struct Counts {
+    /// Crash points by where they stopped the journal.
+    phases: BTreeMap<Phase, u64>,
+    /// The same, for the power cuts that came in the round after a process
+    /// crash (process crash → reopen → append and acknowledge → power
+    /// loss): what the process crash left only in the page cache must have
+    /// been made durable by the reopen.
+    chained: BTreeMap<Phase, u64>,
+    /// Rounds in which an injected `fdatasync`/`fsync` failure fired (the
+    /// layer may then drop the file's dirty pages, as Linux does).
+    failed_sync_rounds: u64,
+}
+
+impl Counts {
+    fn add(&mut self, phase: Phase, chained: bool) {
+        *self.phases.entry(phase).or_default() += 1;
+        if chained {
+            *self.chained.entry(phase).or_default() += 1;
+        }
+    }
 }
 
 fn options(seed: u64) -> JournalOptions {
@@ -112,6 +136,27 @@ fn verify(j: &Journal, m: &mut Model) -> Result<(), String> {
         }
     }
     let got: BTreeMap<Lsn, Vec<u8>> = recovered.into_iter().collect();
+    if got.is_empty() {
+        // LSNs never restart: with no record left (released and recycled,
+        // or truncated away), numbering still goes on above every record
+        // the journal ever held (that was not truncated).
+        let cut = m.truncate_in_doubt.unwrap_or(Lsn::MAX);
+        let floor = m
+            .history
+            .keys()
+            .chain(m.durable.keys())
+            .chain(m.acked.keys())
+            .filter(|&&l| l <= cut)
+            .max();
+        if let Some(&floor) = floor {
+            if j.next_lsn() <= floor {
+                return Err(format!(
+                    "empty journal numbers on from {} but lsn {floor} existed",
+                    j.next_lsn()
+                ));
+            }
+        }
+    }
     if std::env::var_os("KEEL_CRASH_VERBOSE").is_some() {
         eprintln!(
             "recovered {:?}..={:?} (next {}); model: durable {:?}..={:?}, acked {:?}..={:?}, submitted {:?}..={:?}, released {}, truncate in doubt {:?}",
@@ -249,22 +294,18 @@ fn run_round(
     round: usize,
     rng: &mut SmallRng,
     m: &mut Model,
-    counts: &mut BTreeMap<Phase, u64>,
+    (mode, chained): (CrashMode, bool),
+    counts: &mut Counts,
 ) -> Result<(), String> {
     let opts = options(seed);
     let crash_in_open = rng.random_bool(0.15);
     if crash_in_open {
         sim.crash_after_ops(rng.random_range(0..15));
     }
-    let mode = if rng.random_bool(0.3) {
-        CrashMode::Process
-    } else {
-        CrashMode::PowerLoss
-    };
     let j = match Journal::open(sim.clone(), dir, opts) {
         Ok(j) => Arc::new(j),
         Err(_) if sim.is_down() => {
-            *counts.entry(Phase::Recovery).or_default() += 1;
+            counts.add(Phase::Recovery, chained);
             sim.crash(mode);
             return Ok(());
         }
@@ -304,6 +345,13 @@ fn run_round(
     sim.crash_after_ops(u64::MAX);
     verify(&j, m)?;
     sim.crash_after_ops(rng.random_range(0..160));
+    // Now and then a sync fails: the journal stops, and the next open must
+    // not trust what the failed sync left only in the page cache.
+    let failing = rng.random_bool(0.1);
+    if failing {
+        sim.fail_after(OpKind::Sync, rng.random_range(0..6), libc::EIO);
+    }
+    let failed = |j: &Journal| failing && j.poisoned().is_some();
     let mut truncating = false;
     if rng.random_bool(0.2) {
         // A single-threaded round with a truncation in the middle.
@@ -332,7 +380,8 @@ fn run_round(
                     m.history.retain(|&l, _| l <= lsn);
                     m.truncate_in_doubt = None;
                 }
-                Err(JournalError::Poisoned(_)) | Err(JournalError::Io(_)) if sim.is_down() => {}
+                Err(JournalError::Poisoned(_)) | Err(JournalError::Io(_))
+                    if sim.is_down() || failed(&j) => {}
                 Err(e) => return Err(format!("truncate_after({lsn}) failed without a crash: {e}")),
             }
         }
@@ -346,7 +395,7 @@ fn run_round(
             let bytes = rng.random_range(0..3 * (64 << 10));
             match j.preallocate(bytes) {
                 Ok(_) => {}
-                Err(_) if sim.is_down() => {}
+                Err(_) if sim.is_down() || failed(&j) => {}
                 Err(e) => return Err(format!("preallocate failed without a crash: {e}")),
             }
         }
@@ -365,13 +414,24 @@ fn run_round(
         },
         false => Phase::EndOfRound,
     };
-    *counts.entry(phase).or_default() += 1;
+    if std::env::var_os("KEEL_CRASH_VERBOSE").is_some() {
+        eprintln!(
+            "round {round}: crash {phase:?} {:?} ({mode:?}), sync failure injected {failing}, poisoned {:?}, method {:?}",
+            sim.crash_op(),
+            j.poisoned().map(|e| e.to_string()),
+            j.method()
+        );
+    }
+    counts.add(phase, chained);
+    if failed(&j) {
+        counts.failed_sync_rounds += 1;
+    }
     drop(j);
     sim.crash(mode);
     Ok(())
 }
 
-fn run_seed(seed: u64, counts: &mut BTreeMap<Phase, u64>) -> Result<(), String> {
+fn run_seed(seed: u64, counts: &mut Counts) -> Result<(), String> {
     let sim = SimVfs::new(seed);
     // Durable writes linger in flight, so that with several writes in
     // flight a later one can complete before an earlier one, and a crash
@@ -381,9 +441,28 @@ fn run_seed(seed: u64, counts: &mut BTreeMap<Phase, u64>) -> Result<(), String> 
     let dir = PathBuf::from("/data/journal");
     let mut rng = SmallRng::seed_from_u64(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15));
     let mut m = Model::default();
+    let mut previous = CrashMode::PowerLoss;
     for round in 0..ROUNDS_PER_SEED {
-        run_round(&sim, &dir, seed, round, &mut rng, &mut m, counts)
-            .map_err(|e| format!("seed {seed} round {round}: {e}"))?;
+        // Half the crashes are process crashes, so that a power cut often
+        // follows one.
+        let mode = if rng.random_bool(0.5) {
+            CrashMode::Process
+        } else {
+            CrashMode::PowerLoss
+        };
+        let chained = previous == CrashMode::Process && mode == CrashMode::PowerLoss;
+        run_round(
+            &sim,
+            &dir,
+            seed,
+            round,
+            &mut rng,
+            &mut m,
+            (mode, chained),
+            counts,
+        )
+        .map_err(|e| format!("seed {seed} round {round}: {e}"))?;
+        previous = mode;
     }
     // Final recovery check.
     let j = Journal::open(sim.clone(), &dir, options(seed))
@@ -403,7 +482,7 @@ fn randomized_chained_crashes_recover_a_prefix_with_every_ack() {
             (0..n).collect()
         }
     };
-    let mut counts = BTreeMap::new();
+    let mut counts = Counts::default();
     let mut failures = Vec::new();
     for &seed in &seeds {
         if let Err(e) = run_seed(seed, &mut counts) {
@@ -416,16 +495,21 @@ fn randomized_chained_crashes_recover_a_prefix_with_every_ack() {
             }
         }
     }
-    let total: u64 = counts
-        .iter()
-        .filter(|(p, _)| **p != Phase::EndOfRound)
-        .map(|(_, n)| n)
-        .sum();
+    let points = |c: &BTreeMap<Phase, u64>| -> u64 {
+        c.iter()
+            .filter(|(p, _)| **p != Phase::EndOfRound)
+            .map(|(_, n)| n)
+            .sum()
+    };
+    let (total, chained) = (points(&counts.phases), points(&counts.chained));
     println!("crash points covered per phase over {} seeds:", seeds.len());
-    for (phase, n) in &counts {
-        println!("  {phase:?}: {n}");
+    for (phase, n) in &counts.phases {
+        let c = counts.chained.get(phase).copied().unwrap_or(0);
+        println!("  {phase:?}: {n} (of them power cuts after a process crash: {c})");
     }
     println!("  total crash points (excluding end-of-round crashes): {total}");
+    println!("  chained (process crash, reopen, append, then power loss): {chained}");
+    println!("  rounds with a failed sync: {}", counts.failed_sync_rounds);
     assert!(
         failures.is_empty(),
         "{} seeds failed; first: {}",
@@ -434,6 +518,11 @@ fn randomized_chained_crashes_recover_a_prefix_with_every_ack() {
     );
     if seeds.len() as u64 >= CI_SEEDS {
         assert!(total >= 10_000, "only {total} crash points covered");
+        assert!(chained >= 1_000, "only {chained} chained crash points");
+        assert!(
+            counts.failed_sync_rounds > 0,
+            "no injected sync failure fired"
+        );
         for phase in [
             Phase::Append,
             Phase::AppendOverlapped,
@@ -443,7 +532,7 @@ fn randomized_chained_crashes_recover_a_prefix_with_every_ack() {
             Phase::Truncate,
         ] {
             assert!(
-                counts.get(&phase).copied().unwrap_or(0) > 0,
+                counts.phases.get(&phase).copied().unwrap_or(0) > 0,
                 "no crash point in phase {phase:?}"
             );
         }

@@ -203,6 +203,13 @@ pub trait VfsFile: Send + Sync + Debug {
     fn set_len(&self, len: u64) -> Result<()>;
     /// `fsync` or `fdatasync`.
     fn sync(&self, kind: SyncKind) -> Result<()>;
+    /// Drop the file's *clean* cached pages, so the next buffered reads come
+    /// from the disk (`posix_fadvise(POSIX_FADV_DONTNEED)`); dirty pages
+    /// stay. After a failed `fsync`, Linux marks pages that never reached
+    /// the disk clean (`fsync(2)`, "fsyncgate"): they read back as if
+    /// written until evicted. Recovery evicts before it reads, so what it
+    /// adopts is what the disk holds (plus dirty pages, which it syncs).
+    fn evict_clean_pages(&self) -> Result<()>;
     /// The file's current length.
     fn len(&self) -> Result<u64>;
     /// Whether the file is empty.

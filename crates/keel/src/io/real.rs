@@ -372,6 +372,11 @@ impl VfsFile for RealFile {
         }
     }
 
+    fn evict_clean_pages(&self) -> Result<()> {
+        rustix::fs::fadvise(&self.file, 0, None, rustix::fs::Advice::DontNeed)
+            .map_err(errno("posix_fadvise", &self.path))
+    }
+
     fn len(&self) -> Result<u64> {
         Ok(self.file.metadata().map_err(os("stat", &self.path))?.len())
     }

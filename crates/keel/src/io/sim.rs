@@ -30,8 +30,8 @@
 //! * **A failed sync** ([`SimVfs::fail_after`] on a file sync) may, as Linux
 //!   does after a writeback error, mark the file's dirty pages clean without
 //!   writing them ([`SimVfs::set_failed_sync_drops`]): they stay readable
-//!   until the next power cut, but no later sync makes them durable (the
-//!   PostgreSQL "fsyncgate" case).
+//!   until the next power cut or [`VfsFile::evict_clean_pages`], but no
+//!   later sync makes them durable (the PostgreSQL "fsyncgate" case).
 //! * **Faults.** The n-th future write or sync can fail with an errno
 //!   ([`SimVfs::fail_after`]); after n more operations the layer can go down
 //!   as if the machine died ([`SimVfs::crash_after_ops`]) — a write hit by
@@ -981,6 +981,19 @@ impl VfsFile for SimFile {
             return Err(e);
         }
         st.sync_file(self.ino);
+        Ok(())
+    }
+
+    fn evict_clean_pages(&self) -> Result<()> {
+        let mut st = self.state()?;
+        // Clean pages are the durable image; dirty ones are the pending
+        // writes. What a failed sync dropped is in neither: it goes.
+        let inode = st.inodes.get_mut(&self.ino).expect("inode");
+        let mut live = inode.durable.clone();
+        for op in &inode.pending {
+            apply_op(&mut live, op);
+        }
+        inode.live = live;
         Ok(())
     }
 

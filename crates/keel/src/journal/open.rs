@@ -134,11 +134,11 @@ fn recover_chain(
         };
         return Ok((seg, spec.block_size as u64, vec![meta]));
     };
-    rewrite_recovered_tail(vfs, spec, last)?;
     // After a process crash the tail may sit only in the page cache (not
     // yet written, or written by a torn direct write the crash left
-    // pending): make every recovered byte — and the rewritten tail — durable
-    // before the first new acknowledgement can depend on it.
+    // pending): make every recovered byte durable before the first new
+    // acknowledgement can depend on it. (Bytes of a write whose sync
+    // failed were not read: the scan evicted clean pages first.)
     for seg in &chain {
         let f = vfs.open(&seg.path, OpenOptions::new(OpenMode::Buffered))?;
         f.sync(SyncKind::Data)?;
@@ -154,44 +154,6 @@ fn recover_chain(
         })
         .collect();
     Ok((spec.open(vfs, last.seq)?, last.end_pos, metas))
-}
-
-/// Write the end of the recovered chain back where it is, through the page
-/// cache, so the sync that follows writes it to the disk.
-///
-/// Why: after a failed `fdatasync`, Linux marks the dirty pages clean
-/// although they never reached the disk (the PostgreSQL "fsyncgate" case,
-/// `fsync(2)`: "the dirty pages ... may be marked clean"). They stay
-/// readable from the page cache, so a reopen in the same boot would adopt
-/// the failed batch, and the next `fdatasync` returns 0 without writing it:
-/// a power cut later loses it, and with it every record appended after it.
-/// Writing the bytes again makes the pages dirty, so they are written.
-/// Only the last writes before the failure can be in that state (a failure
-/// stops the journal): the last `torn_reach_bytes` of the chain, or its
-/// last record if that is larger (a single oversized write).
-fn rewrite_recovered_tail(
-    vfs: &dyn Vfs,
-    spec: &SegmentSpec,
-    last: &SegmentScan,
-) -> Result<(), JournalError> {
-    let Some(last_record) = last.records.last() else {
-        return Ok(());
-    };
-    let block = spec.block_size as u64;
-    let start = last
-        .end_pos
-        .saturating_sub(spec.torn_reach_bytes)
-        .min(last_record.pos)
-        .max(block)
-        / block
-        * block;
-    let end = last.end_pos.div_ceil(block) * block;
-    let end = end.min(spec.segment_size);
-    let mut bytes = vec![0u8; (end - start) as usize];
-    let file = vfs.open(&last.path, OpenOptions::new(OpenMode::Buffered))?;
-    file.read_exact_at(&mut bytes, start)?;
-    file.write_at(&bytes, start)?;
-    Ok(())
 }
 
 /// Where a torn first write left records of the recovered epoch in the

@@ -150,7 +150,19 @@ pub fn open_for_read(vfs: &dyn Vfs, path: &Path) -> Result<Arc<dyn VfsFile>, Jou
 
 /// Read a whole segment file.
 pub fn read_segment(vfs: &dyn Vfs, path: &Path) -> Result<Vec<u8>, JournalError> {
+    read_segment_from(open_for_read(vfs, path)?)
+}
+
+/// Read a whole segment file as the disk holds it: clean cached pages are
+/// evicted first (see [`VfsFile::evict_clean_pages`]), so bytes of a write
+/// whose sync failed are not taken for written ones.
+pub fn read_segment_from_disk(vfs: &dyn Vfs, path: &Path) -> Result<Vec<u8>, JournalError> {
     let file = open_for_read(vfs, path)?;
+    file.evict_clean_pages()?;
+    read_segment_from(file)
+}
+
+fn read_segment_from(file: Arc<dyn VfsFile>) -> Result<Vec<u8>, JournalError> {
     let len = file.len()?;
     let mut bytes = vec![0u8; len as usize];
     file.read_exact_at(&mut bytes, 0)?;
@@ -406,7 +418,7 @@ pub fn scan(vfs: &dyn Vfs, dir: &Path, max_write_bytes: usize) -> Result<Scan, J
     };
     let mut bad_before_chain = None;
     for (seq, path) in files {
-        let bytes = read_segment(vfs, &path)?;
+        let bytes = read_segment_from_disk(vfs, &path)?;
         let header = match SegmentHeader::decode(&bytes) {
             // Renamed for recycling but its header not yet rewritten.
             Ok(h) if h.seq != seq => Err(HeaderError::SeqMismatch(h.seq)),
