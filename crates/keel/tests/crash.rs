@@ -290,8 +290,7 @@ fn append_concurrently(
 fn run_round(
     sim: &Arc<SimVfs>,
     dir: &Path,
-    seed: u64,
-    round: usize,
+    (seed, round): (u64, usize),
     rng: &mut SmallRng,
     m: &mut Model,
     (mode, chained): (CrashMode, bool),
@@ -454,8 +453,7 @@ fn run_seed(seed: u64, counts: &mut Counts) -> Result<(), String> {
         run_round(
             &sim,
             &dir,
-            seed,
-            round,
+            (seed, round),
             &mut rng,
             &mut m,
             (mode, chained),
