@@ -271,6 +271,19 @@ fn problems(scan: &Scan) -> Vec<Problem> {
             ),
         });
     }
+    for path in &scan.set_aside {
+        out.push(Problem {
+            kind: "segment_set_aside",
+            segment: None,
+            offset: None,
+            message: format!(
+                "{} was set aside by an earlier open: its header was damaged below the start \
+                 of the chain, so the records it held are lost (kept as evidence; remove it \
+                 once inspected)",
+                path.display()
+            ),
+        });
+    }
     for s in &scan.segments {
         if let Ok(h) = s.header {
             if h.segment_size != s.file_len {

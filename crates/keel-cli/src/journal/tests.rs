@@ -146,3 +146,17 @@ fn records_past_a_torn_first_write_are_a_notice() {
     let r = build(vfs.as_ref(), &dir, None).unwrap();
     assert!(r.notices.is_empty(), "{:?}", r.notices);
 }
+
+#[test]
+fn a_segment_set_aside_by_an_open_is_reported() {
+    let (vfs, dir) = journal(60);
+    vfs.corrupt(&seg(&dir, 1), 3, b"X").unwrap();
+    // The default mode keeps the chain above it and sets the file aside.
+    let j = Journal::open(vfs.clone(), &dir, options()).unwrap();
+    assert_eq!(j.recovery_report().set_aside.len(), 1);
+    drop(j);
+    let r = build(vfs.as_ref(), &dir, None).unwrap();
+    assert_eq!(r.status, Status::Corrupt, "{}", r.summary);
+    assert_eq!(r.problems[0].kind, "segment_set_aside", "{:?}", r.problems);
+    assert!(r.problems[0].message.contains(".seg.damaged"));
+}
