@@ -5,5 +5,6 @@
 //! * [`io`] — every file operation, with a real and a fault-injecting
 //!   implementation.
 
+pub mod db;
 pub mod io;
 pub mod journal;
