@@ -120,6 +120,11 @@ pub struct CommitArgs {
     /// fresh with more, which they need).
     #[arg(long, value_enum)]
     pub batch_start: Option<BatchStartArg>,
+    /// Journal engine: commit as the store does — submit the record, start
+    /// its write without blocking (`CommitHandle::start`, the journal's
+    /// flusher thread writes it), then wait — instead of `append`.
+    #[arg(long)]
+    pub start: bool,
     /// Segments to prepare before timing, in bytes of records (default:
     /// what a --count run needs; for a --duration run, an estimate from
     /// the threads and record size, at most 640M).
@@ -195,6 +200,7 @@ pub struct Spec {
     pub preallocate: Option<u64>,
     pub writes_in_flight: usize,
     pub batch_start: BatchStartArg,
+    pub start: bool,
 }
 
 impl Spec {
@@ -237,6 +243,7 @@ impl Spec {
                 None if a.writes_in_flight > 1 => BatchStartArg::Fresh,
                 None => BatchStartArg::Auto,
             },
+            start: a.start,
         };
         spec.validate()?;
         Ok(spec)
@@ -302,6 +309,9 @@ impl Spec {
                 "--batch-start".into(),
                 self.batch_start.name().into(),
             ]);
+            if self.start {
+                args.push("--start".into());
+            }
         }
         if self.values != Values::Random {
             args.extend(["--values".into(), name(self.values.to_possible_value())]);
@@ -519,11 +529,18 @@ trait Committer: Sync {
     fn commit(&self, thread: usize, record: &[u8], value_bytes: usize) -> anyhow::Result<()>;
 }
 
-struct JournalCommitter(Journal);
+/// The journal, and whether each commit starts its write before waiting.
+struct JournalCommitter(Journal, bool);
 
 impl Committer for JournalCommitter {
     fn commit(&self, _thread: usize, record: &[u8], _value_bytes: usize) -> anyhow::Result<()> {
-        self.0.append(record)?;
+        if self.1 {
+            let h = self.0.submit(record)?;
+            h.start();
+            h.wait()?;
+        } else {
+            self.0.append(record)?;
+        }
         Ok(())
     }
 }
@@ -627,7 +644,7 @@ pub fn run_one(spec: &Spec, dir: &Path) -> anyhow::Result<Outcome> {
             let setup_ms = t0.elapsed().as_secs_f64() * 1e3;
             let method = j.method();
             let segments_before = j.stats();
-            let c = JournalCommitter(j);
+            let c = JournalCommitter(j, spec.start);
             settle(dir);
             let mut out = timed(spec, &pool, &c)?;
             let st: JournalStats = c.0.stats();
@@ -647,6 +664,7 @@ pub fn run_one(spec: &Spec, dir: &Path) -> anyhow::Result<Outcome> {
                 "lz4_min_bytes": spec.lz4,
                 "writes_in_flight": spec.writes_in_flight,
                 "batch_start": spec.batch_start.name(),
+                "commit_path": if spec.start { "submit, start, wait" } else { "append" },
                 "values": if spec.values == Values::Random { "random" } else { "text" },
                 "before_timing": format!(
                     "opened a fresh journal and prepared {} segment(s) of {} (zero-filled, header \

@@ -180,6 +180,7 @@ fn spec(a: &JournalArgs, c: Config, engine: Engine) -> Spec {
         preallocate: None,
         writes_in_flight: c.in_flight,
         batch_start: c.start,
+        start: false,
     }
 }
 
