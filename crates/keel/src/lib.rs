@@ -4,6 +4,10 @@
 //!
 //! * [`io`] — every file operation, with a real and a fault-injecting
 //!   implementation.
+//! * [`journal`] — the write-ahead journal.
+//! * [`btree`] — the store's B+tree: persistent in memory, fixed-size
+//!   pages on disk.
 
+pub mod btree;
 pub mod io;
 pub mod journal;
