@@ -87,10 +87,11 @@ impl Writer<'_> {
 
     /// After a range removal, merge away the branches left with one child.
     /// They lie on the paths to the range's two ends (the only nodes the
-    /// removal changed): a branch left with one child cannot be merged at
-    /// its own level when its parent was left with one child too, so it is
-    /// merged here, top-down, once its parent has been merged with a
-    /// sibling.
+    /// removal changed). A branch left with one child cannot be merged at
+    /// its own level when its parent has one child too; it can once its
+    /// parent has been merged with a sibling (top-down), and a merge below
+    /// can leave a parent with one child (bottom-up): so repeat until no
+    /// merge happens. Each merge removes a node, so this ends.
     pub(crate) fn repair_paths(
         &mut self,
         node: &mut Node,
@@ -99,24 +100,34 @@ impl Writer<'_> {
         let Body::Branch(b) = node.body_mut() else {
             return Ok(());
         };
-        while b.len() > 1 {
-            let Some(i) = path_children(b, ends).into_iter().find(|&i| lonely(b, i)) else {
-                break;
-            };
-            self.merge_child(b, i)?;
-        }
-        for i in path_children(b, ends) {
-            let (_, mem) = b.child_mut(i).parts_mut();
-            // Only nodes this writer owns were changed; the rest are valid.
-            let owned = mem
-                .as_mut()
-                .and_then(Arc::get_mut)
-                .filter(|n| n.location().is_none());
-            if let Some(child) = owned {
-                self.repair_paths(child, ends)?;
+        loop {
+            if b.is_empty() {
+                // Everything went: `fix_root` drops the root.
+                return Ok(());
+            }
+            while b.len() > 1 {
+                let Some(i) = path_children(b, ends).into_iter().find(|&i| lonely(b, i)) else {
+                    break;
+                };
+                self.merge_child(b, i)?;
+            }
+            for i in path_children(b, ends) {
+                let (_, mem) = b.child_mut(i).parts_mut();
+                // Only nodes this writer owns were changed; the rest are
+                // valid.
+                let owned = mem
+                    .as_mut()
+                    .and_then(Arc::get_mut)
+                    .filter(|n| n.location().is_none());
+                if let Some(child) = owned {
+                    self.repair_paths(child, ends)?;
+                }
+            }
+            let mergeable = b.len() > 1 && path_children(b, ends).iter().any(|&i| lonely(b, i));
+            if !mergeable {
+                return Ok(());
             }
         }
-        Ok(())
     }
 
     /// After an operation: split a root that outgrew its page under a new
