@@ -288,7 +288,10 @@ impl Shard {
     }
 
     /// Advance the hand past referenced slots (clearing their bit) and
-    /// evict the first unreferenced one.
+    /// evict the first unreferenced one. The slot moved into its place is
+    /// the newest (the last); the hand steps past it, so it gets a whole
+    /// turn of the clock like every other, rather than being the next
+    /// victim.
     fn evict_one(&mut self) {
         loop {
             if self.hand >= self.slots.len() {
@@ -301,6 +304,7 @@ impl Shard {
             } else {
                 let page = slot.loc.page;
                 self.remove(page);
+                self.hand += 1;
                 return;
             }
         }

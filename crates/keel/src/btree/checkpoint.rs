@@ -185,9 +185,10 @@ fn same_value(a: ValueRef<'_>, b: ValueRef<'_>) -> bool {
 /// Let go of the in-memory copies of everything in `tree` that is on disk,
 /// after the caller wrote and synced the pages of [`assign_pages`] (and put
 /// the nodes in its cache): each branch forgets its clean children, each
-/// leaf still in memory the bytes of its clean overflow values. Readers
-/// then load them through their page source. Nodes without a location stay
-/// (and are walked: they may hold clean children).
+/// leaf the bytes of its clean overflow values. Readers then load them
+/// through their page source. Nodes without a location stay. Every node
+/// still in memory is walked, clean ones too: a clean node kept alive by a
+/// cache must not pin its subtree.
 pub fn detach_clean(tree: &Tree) {
     if let Some(root) = tree.root() {
         detach(root);
@@ -198,8 +199,8 @@ fn detach(node: &Node) {
     match node.body() {
         Body::Branch(b) => {
             for i in 0..b.len() {
-                if let Some(dirty) = b.child(i).detach_if_clean() {
-                    detach(&dirty);
+                if let Some(child) = b.child(i).detach_if_clean() {
+                    detach(&child);
                 }
             }
         }

@@ -18,6 +18,7 @@
 mod cache;
 mod check;
 mod checkpoint;
+mod children;
 mod error;
 mod limits;
 mod node;

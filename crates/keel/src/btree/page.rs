@@ -383,6 +383,7 @@ fn decode_leaf(
     }
     check_zero_tail(bytes, page, at)?;
     debug_assert_eq!(leaf.encoded_bytes(), at);
+    leaf.shrink_to_fit();
     Ok(leaf)
 }
 

@@ -343,3 +343,123 @@ fn largest_keys_and_values_split_correctly() {
     assert_eq!(stats.entries, 400);
     assert!(stats.depth >= 3, "{stats:?}");
 }
+
+/// The apply cost of the store's benchmark shape: 10,000 transactions of
+/// 100 random 16-byte keys with 100-byte values, each starting from the
+/// last committed snapshot (so every transaction copies its paths once),
+/// with a checkpoint every 1,000, for two cache sizes. Run with
+/// `--ignored --nocapture`.
+#[test]
+#[ignore = "a measurement, not a check"]
+fn measure_transaction_apply() {
+    for (cache_mib, checkpoint_every) in [(64, 1000), (1024, 1000), (64, 100_000)] {
+        measure_apply(cache_mib << 20, checkpoint_every);
+    }
+}
+
+fn measure_apply(cache_bytes: usize, checkpoint_every: usize) {
+    use rand::{Rng, SeedableRng};
+    use std::time::{Duration, Instant};
+    let mut rng = rand::rngs::SmallRng::seed_from_u64(1);
+    let mut disk = Disk::new(PS, cache_bytes);
+    let mut committed = Tree::new(PS);
+    let mut apply_ns = vec![Vec::new(); 10];
+    let mut checkpoint = Duration::ZERO;
+    for txn in 0..10_000 {
+        let t0 = Instant::now();
+        let mut tm = committed.edit();
+        for _ in 0..100 {
+            let k: [u8; 16] = rng.random();
+            let v: [u8; 100] = rng.random();
+            tm.insert(&disk.cache, &k, &v).unwrap();
+        }
+        let old = std::mem::replace(&mut committed, tm.finish().0);
+        apply_ns[txn / 1000].push(t0.elapsed().as_nanos() as u64);
+        drop(old);
+        if txn % checkpoint_every == checkpoint_every - 1 {
+            let t = Instant::now();
+            let mut next = disk.next_page;
+            let cp = assign_pages(&committed, &mut || {
+                next += 1;
+                next - 1
+            })
+            .unwrap();
+            disk.next_page = next;
+            checkpoint += t.elapsed();
+            for (loc, node) in &cp.nodes {
+                disk.cache.insert(*loc, Arc::clone(node));
+            }
+            // Skip the simulated file's bookkeeping; only the pages of the
+            // last checkpoint are needed to read back.
+            if txn == 9_999 || cache_bytes < 1 << 30 {
+                disk.write(&cp);
+            }
+            detach_clean(&committed);
+        }
+    }
+    let p50: Vec<u64> = apply_ns
+        .iter_mut()
+        .map(|v| {
+            v.sort_unstable();
+            v[v.len() / 2] / 1000
+        })
+        .collect();
+    let s = disk.cache.stats();
+    println!(
+        "cache {} MiB, checkpoint every {checkpoint_every}: per-transaction p50 by thousand (us) {p50:?}; assign_pages total {checkpoint:?}; \
+         cache hits {} misses {} held {} MiB",
+        cache_bytes >> 20,
+        s.hits,
+        s.misses,
+        s.cached_bytes >> 20
+    );
+}
+
+/// The parts of a transaction's cost in a tree of a million entries: 100
+/// inserts changing nodes the writer owns, copying them while snapshots
+/// hold the old ones, and dropping the old versions. Run with `--ignored
+/// --nocapture`.
+#[test]
+#[ignore = "a measurement, not a check"]
+fn measure_cow_parts() {
+    use rand::{Rng, SeedableRng};
+    use std::time::Instant;
+    let mut rng = rand::rngs::SmallRng::seed_from_u64(1);
+    let mut tm = Tree::new(PS).edit();
+    for _ in 0..1_000_000 {
+        let k: [u8; 16] = rng.random();
+        tm.insert(&NONE, &k, &[1u8; 100]).unwrap();
+    }
+    let t = Instant::now();
+    for _ in 0..100_000 {
+        let k: [u8; 16] = rng.random();
+        tm.insert(&NONE, &k, &[1u8; 100]).unwrap();
+    }
+    println!("owned: {:?} per 100", t.elapsed() / 1000);
+    let mut held = Vec::new();
+    let t = Instant::now();
+    for _ in 0..1000 {
+        held.push(tm.snapshot());
+        for _ in 0..100 {
+            let k: [u8; 16] = rng.random();
+            tm.insert(&NONE, &k, &[1u8; 100]).unwrap();
+        }
+    }
+    println!(
+        "copying (old versions kept): {:?} per 100",
+        t.elapsed() / 1000
+    );
+    let t = Instant::now();
+    drop(held);
+    println!("dropping old versions: {:?} per 100", t.elapsed() / 1000);
+    let t = Instant::now();
+    for _ in 0..1000 {
+        let s = tm.snapshot();
+        for _ in 0..100 {
+            let k: [u8; 16] = rng.random();
+            tm.insert(&NONE, &k, &[1u8; 100]).unwrap();
+        }
+        drop(s);
+    }
+    println!("copying and dropping: {:?} per 100", t.elapsed() / 1000);
+}
