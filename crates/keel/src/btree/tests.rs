@@ -463,3 +463,56 @@ fn measure_cow_parts() {
     }
     println!("copying and dropping: {:?} per 100", t.elapsed() / 1000);
 }
+
+#[test]
+fn trees_and_caches_are_shared_between_threads() {
+    fn shared<T: Send + Sync>() {}
+    shared::<Tree>();
+    shared::<TreeMut>();
+    shared::<PageCache>();
+    shared::<Entry>();
+    shared::<Node>();
+}
+
+/// Readers scan a snapshot while a checkpoint writes it and detaches its
+/// children: every scan sees every entry, whether it finds a child in
+/// memory or loads it.
+#[test]
+fn readers_see_everything_while_a_checkpoint_detaches() {
+    let mut disk = Disk::new(PS, 256 * 1024);
+    let mut tm = Tree::new(PS).edit();
+    for i in 0..5000 {
+        tm.insert(&disk.cache, &key(i), &value(i, 100)).unwrap();
+    }
+    let snap = tm.snapshot();
+    let cache = &disk.cache;
+    std::thread::scope(|s| {
+        let readers: Vec<_> = (0..2)
+            .map(|_| {
+                let snap = snap.clone();
+                s.spawn(move || {
+                    for _ in 0..20 {
+                        let n = snap
+                            .range(cache, Unbounded, Unbounded)
+                            .map(|e| e.unwrap())
+                            .count();
+                        assert_eq!(n, 5000);
+                    }
+                })
+            })
+            .collect();
+        let mut next = disk.next_page;
+        let cp = assign_pages(&snap, &mut || {
+            next += 1;
+            next - 1
+        })
+        .unwrap();
+        disk.write(&cp);
+        detach_clean(&snap);
+        for r in readers {
+            r.join().unwrap();
+        }
+    });
+    let stats = check_tree(&snap, &disk.cache).unwrap();
+    assert_eq!((stats.entries, stats.dirty_nodes), (5000, 0));
+}
