@@ -4,7 +4,12 @@
 //!
 //! * [`io`] — every file operation, with a real and a fault-injecting
 //!   implementation.
+//! * [`journal`] — the write-ahead journal.
+//! * [`btree`] — the store's B+tree: persistent in memory, fixed-size
+//!   pages on disk.
+//! * [`db`] — the store on top of them (being built: its meta pages).
 
+pub mod btree;
 pub mod db;
 pub mod io;
 pub mod journal;

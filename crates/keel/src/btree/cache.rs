@@ -1,0 +1,482 @@
+//! Where the tree reads clean pages from: the [`PageSource`] trait, and
+//! [`PageCache`], which reads pages with `pread` through a [`VfsFile`] and
+//! keeps a bounded number of decoded nodes.
+//!
+//! The trait is deliberately narrow (a node by location, an overflow value
+//! by its first page) so that a read-only memory map can implement it too.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use super::node::{lock, Node};
+use super::page::{decode_node, decode_overflow};
+use super::{BtreeError, Location, PageNo, PageSize};
+use crate::io::{AlignedBuf, VfsFile};
+
+/// A value read from its overflow chain.
+#[derive(Debug, Clone)]
+pub struct OverflowData {
+    pub bytes: Arc<[u8]>,
+    /// Every page of the chain, first to last.
+    pub pages: Vec<PageNo>,
+}
+
+/// Reads clean pages for the tree.
+pub trait PageSource: Send + Sync {
+    /// The node at `loc`, validated: checksum (its own and the one its
+    /// referrer recorded), page number, type, layout.
+    fn load(&self, loc: Location) -> Result<Arc<Node>, BtreeError>;
+
+    /// The value of `len` bytes stored in the chain starting at `first`.
+    fn load_overflow(&self, first: Location, len: u64) -> Result<OverflowData, BtreeError>;
+}
+
+/// A source for trees that live only in memory: any load is an error.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct NoPageSource;
+
+impl PageSource for NoPageSource {
+    fn load(&self, loc: Location) -> Result<Arc<Node>, BtreeError> {
+        Err(BtreeError::NotLoaded { page: loc.page })
+    }
+
+    fn load_overflow(&self, first: Location, _len: u64) -> Result<OverflowData, BtreeError> {
+        Err(BtreeError::NotLoaded { page: first.page })
+    }
+}
+
+/// Walk an overflow chain of `len` bytes from `first`, reading each page
+/// with `read` (which fills a page-sized buffer). Every page but the last
+/// must be full, so the chain's length follows from `len` and a chain cut
+/// short or running on is caught.
+pub fn read_overflow_chain(
+    page_size: PageSize,
+    first: Location,
+    len: u64,
+    mut read: impl FnMut(PageNo, &mut [u8]) -> Result<(), BtreeError>,
+) -> Result<OverflowData, BtreeError> {
+    if len > super::MAX_VALUE_BYTES {
+        return Err(BtreeError::Corrupt {
+            page: first.page,
+            reason: "an overflow value longer than the value limit",
+        });
+    }
+    let count = page_size.overflow_pages(len);
+    let full = page_size.overflow_data_bytes();
+    let mut bytes = Vec::with_capacity(len as usize);
+    let mut pages = Vec::with_capacity(count as usize);
+    let mut buf = AlignedBuf::new(page_size.bytes(), page_size.bytes().min(4096));
+    let mut next = Some(first);
+    for i in 0..count {
+        let loc = next.ok_or(BtreeError::Corrupt {
+            page: pages.last().copied().unwrap_or(first.page),
+            reason: "an overflow chain shorter than its value",
+        })?;
+        read(loc.page, &mut buf)?;
+        let page = decode_overflow(&buf, page_size, loc)?;
+        let want = if i + 1 == count {
+            len as usize - full * (count as usize - 1)
+        } else {
+            full
+        };
+        if page.data.len() != want {
+            return Err(BtreeError::Corrupt {
+                page: loc.page,
+                reason: "an overflow page holding the wrong number of bytes",
+            });
+        }
+        bytes.extend_from_slice(page.data);
+        pages.push(loc.page);
+        next = page.next;
+    }
+    if next.is_some() {
+        return Err(BtreeError::Corrupt {
+            page: first.page,
+            reason: "an overflow chain longer than its value",
+        });
+    }
+    Ok(OverflowData {
+        bytes: bytes.into(),
+        pages,
+    })
+}
+
+/// Hits, misses and evictions of a [`PageCache`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct CacheStats {
+    pub hits: u64,
+    pub misses: u64,
+    pub evictions: u64,
+    /// Bytes charged for the nodes held now.
+    pub cached_bytes: u64,
+}
+
+/// Reads pages from the data file and keeps decoded nodes up to a byte
+/// budget, evicting with CLOCK (second chance) in each of a few shards.
+#[derive(Debug)]
+pub struct PageCache {
+    file: Arc<dyn VfsFile>,
+    page_size: PageSize,
+    budget_bytes: usize,
+    shards: Box<[Mutex<Shard>]>,
+    hits: AtomicU64,
+    misses: AtomicU64,
+    evictions: AtomicU64,
+}
+
+/// Shards spread lock contention between readers; each needs room for
+/// many nodes, or eviction degenerates to "keep the last one".
+const MAX_SHARDS: usize = 16;
+const MIN_NODES_PER_SHARD: usize = 32;
+
+impl PageCache {
+    /// A cache over `file` holding decoded nodes worth at most
+    /// `budget_bytes` (as charged by [`Node::heap_bytes`]).
+    pub fn new(file: Arc<dyn VfsFile>, page_size: PageSize, budget_bytes: usize) -> PageCache {
+        let per_node = 2 * page_size.bytes();
+        let shards = (budget_bytes / (per_node * MIN_NODES_PER_SHARD)).clamp(1, MAX_SHARDS);
+        let shard_budget = budget_bytes / shards;
+        PageCache {
+            file,
+            page_size,
+            budget_bytes,
+            shards: (0..shards)
+                .map(|_| Mutex::new(Shard::new(shard_budget)))
+                .collect(),
+            hits: AtomicU64::new(0),
+            misses: AtomicU64::new(0),
+            evictions: AtomicU64::new(0),
+        }
+    }
+
+    /// The page size the cache reads.
+    pub fn page_size(&self) -> PageSize {
+        self.page_size
+    }
+
+    /// The most bytes of nodes the cache holds.
+    pub fn budget_bytes(&self) -> usize {
+        self.budget_bytes
+    }
+
+    fn shard(&self, page: PageNo) -> &Mutex<Shard> {
+        // Fibonacci hashing: consecutive pages land in different shards.
+        let h = page.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 32;
+        &self.shards[(h % self.shards.len() as u64) as usize]
+    }
+
+    /// Put a node a checkpoint just wrote (and synced) at `loc`.
+    pub fn insert(&self, loc: Location, node: Arc<Node>) {
+        debug_assert_eq!(node.location(), Some(loc));
+        let evicted = lock(self.shard(loc.page)).insert(loc, node);
+        self.evictions.fetch_add(evicted, Ordering::Relaxed);
+    }
+
+    /// Forget page `page`: its number is about to be reused.
+    pub fn invalidate(&self, page: PageNo) {
+        lock(self.shard(page)).remove(page);
+    }
+
+    /// What the cache holds and has done.
+    pub fn stats(&self) -> CacheStats {
+        let cached: usize = self.shards.iter().map(|s| lock(s).bytes).sum();
+        CacheStats {
+            hits: self.hits.load(Ordering::Relaxed),
+            misses: self.misses.load(Ordering::Relaxed),
+            evictions: self.evictions.load(Ordering::Relaxed),
+            cached_bytes: cached as u64,
+        }
+    }
+
+    fn read_page(&self, page: PageNo, buf: &mut [u8]) -> Result<(), BtreeError> {
+        let offset =
+            page.checked_mul(self.page_size.bytes() as u64)
+                .ok_or(BtreeError::Corrupt {
+                    page,
+                    reason: "a page number past any file",
+                })?;
+        self.file.read_exact_at(buf, offset)?;
+        Ok(())
+    }
+}
+
+impl PageSource for PageCache {
+    fn load(&self, loc: Location) -> Result<Arc<Node>, BtreeError> {
+        if let Some(node) = lock(self.shard(loc.page)).get(loc) {
+            self.hits.fetch_add(1, Ordering::Relaxed);
+            return Ok(node);
+        }
+        self.misses.fetch_add(1, Ordering::Relaxed);
+        // Direct-I/O descriptors need an aligned buffer; page sizes are
+        // multiples of any logical block size up to 4096.
+        let mut buf = AlignedBuf::new(self.page_size.bytes(), self.page_size.bytes().min(4096));
+        self.read_page(loc.page, &mut buf)?;
+        let node = Arc::new(decode_node(&buf, self.page_size, loc)?);
+        self.insert(loc, Arc::clone(&node));
+        Ok(node)
+    }
+
+    fn load_overflow(&self, first: Location, len: u64) -> Result<OverflowData, BtreeError> {
+        read_overflow_chain(self.page_size, first, len, |page, buf| {
+            self.read_page(page, buf)
+        })
+    }
+}
+
+/// One cached node with its CLOCK bit.
+#[derive(Debug)]
+struct Slot {
+    loc: Location,
+    node: Arc<Node>,
+    charge: usize,
+    referenced: bool,
+}
+
+#[derive(Debug)]
+struct Shard {
+    budget: usize,
+    bytes: usize,
+    index: HashMap<PageNo, usize>,
+    slots: Vec<Slot>,
+    hand: usize,
+}
+
+impl Shard {
+    fn new(budget: usize) -> Shard {
+        Shard {
+            budget,
+            bytes: 0,
+            index: HashMap::new(),
+            slots: Vec::new(),
+            hand: 0,
+        }
+    }
+
+    /// The node cached for `loc`: only if it is that version of the page.
+    fn get(&mut self, loc: Location) -> Option<Arc<Node>> {
+        let &i = self.index.get(&loc.page)?;
+        let slot = &mut self.slots[i];
+        if slot.loc != loc {
+            return None;
+        }
+        slot.referenced = true;
+        Some(Arc::clone(&slot.node))
+    }
+
+    /// Insert (or replace) a node; returns how many were evicted.
+    fn insert(&mut self, loc: Location, node: Arc<Node>) -> u64 {
+        let charge = node.heap_bytes();
+        self.remove(loc.page);
+        if charge > self.budget {
+            return 0;
+        }
+        let mut evicted = 0;
+        while self.bytes + charge > self.budget {
+            self.evict_one();
+            evicted += 1;
+        }
+        self.index.insert(loc.page, self.slots.len());
+        self.slots.push(Slot {
+            loc,
+            node,
+            charge,
+            referenced: false,
+        });
+        self.bytes += charge;
+        evicted
+    }
+
+    /// Advance the hand past referenced slots (clearing their bit) and
+    /// evict the first unreferenced one. The slot moved into its place is
+    /// the newest (the last); the hand steps past it, so it gets a whole
+    /// turn of the clock like every other, rather than being the next
+    /// victim.
+    fn evict_one(&mut self) {
+        loop {
+            if self.hand >= self.slots.len() {
+                self.hand = 0;
+            }
+            let slot = &mut self.slots[self.hand];
+            if slot.referenced {
+                slot.referenced = false;
+                self.hand += 1;
+            } else {
+                let page = slot.loc.page;
+                self.remove(page);
+                self.hand += 1;
+                return;
+            }
+        }
+    }
+
+    fn remove(&mut self, page: PageNo) {
+        let Some(i) = self.index.remove(&page) else {
+            return;
+        };
+        let slot = self.slots.swap_remove(i);
+        self.bytes -= slot.charge;
+        if let Some(moved) = self.slots.get(i) {
+            self.index.insert(moved.loc.page, i);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::btree::node::{Body, Leaf, ValueRef};
+    use crate::btree::page::{encode_node, encode_overflow, page_crc};
+    use crate::btree::PageError;
+    use crate::io::{OpenMode, OpenOptions, SimVfs, Vfs};
+    use std::path::Path;
+
+    const PS: PageSize = PageSize::DEFAULT;
+
+    fn file() -> Arc<dyn VfsFile> {
+        let vfs = SimVfs::new(1);
+        vfs.create_dir_durable(Path::new("/db")).unwrap();
+        vfs.open(
+            Path::new("/db/data"),
+            OpenOptions::new(OpenMode::Buffered).create(true),
+        )
+        .unwrap()
+    }
+
+    fn leaf_page(page: PageNo, key: &[u8]) -> (Location, Vec<u8>) {
+        let mut leaf = Leaf::default();
+        leaf.push(key, ValueRef::Inline(&[9u8; 1000]));
+        let bytes = encode_node(&Node::new(Body::Leaf(leaf)), page, PS);
+        (
+            Location {
+                page,
+                crc: page_crc(&bytes),
+            },
+            bytes,
+        )
+    }
+
+    fn write(f: &dyn VfsFile, page: PageNo, bytes: &[u8]) {
+        f.write_at(bytes, page * PS.bytes() as u64).unwrap();
+    }
+
+    #[test]
+    fn loads_validates_and_caches() {
+        let f = file();
+        let (loc, bytes) = leaf_page(3, b"k");
+        write(&*f, 3, &bytes);
+        let cache = PageCache::new(Arc::clone(&f), PS, 1 << 20);
+        let a = cache.load(loc).unwrap();
+        let b = cache.load(loc).unwrap();
+        assert!(Arc::ptr_eq(&a, &b));
+        assert_eq!(a.location(), Some(loc));
+        let s = cache.stats();
+        assert_eq!((s.hits, s.misses), (1, 1));
+    }
+
+    /// A lost write: the parent points to version 2 of a page, but the
+    /// disk still holds version 1 at that place, intact. Only the
+    /// checksum in the parent can tell.
+    #[test]
+    fn an_older_valid_page_in_place_is_caught_by_the_parents_checksum() {
+        let f = file();
+        let (v1, old) = leaf_page(3, b"old");
+        let (v2, _new) = leaf_page(3, b"new");
+        assert_ne!(v1.crc, v2.crc);
+        write(&*f, 3, &old);
+        let cache = PageCache::new(Arc::clone(&f), PS, 1 << 20);
+        match cache.load(v2) {
+            Err(BtreeError::Page(PageError::UnexpectedChecksum {
+                page: 3,
+                expected,
+                found,
+            })) => assert_eq!((expected, found), (v2.crc, v1.crc)),
+            other => panic!("{other:?}"),
+        }
+        // A valid page that sits at another page's place.
+        write(&*f, 4, &old);
+        assert!(matches!(
+            cache.load(Location {
+                page: 4,
+                crc: v1.crc
+            }),
+            Err(BtreeError::Page(PageError::WrongPageNo {
+                expected: 4,
+                found: 3
+            }))
+        ));
+    }
+
+    #[test]
+    fn a_cached_older_version_is_not_returned() {
+        let f = file();
+        let (v1, old) = leaf_page(3, b"old");
+        let (v2, new) = leaf_page(3, b"new");
+        write(&*f, 3, &old);
+        let cache = PageCache::new(Arc::clone(&f), PS, 1 << 20);
+        cache.load(v1).unwrap();
+        write(&*f, 3, &new);
+        let n = cache.load(v2).unwrap();
+        assert_eq!(n.as_leaf().unwrap().key(0), b"new");
+        cache.invalidate(3);
+        assert_eq!(cache.stats().cached_bytes, 0);
+    }
+
+    #[test]
+    fn stays_within_its_byte_budget() {
+        let f = file();
+        let mut locs = Vec::new();
+        for page in 2..202 {
+            let (loc, bytes) = leaf_page(page, &page.to_be_bytes());
+            write(&*f, page, &bytes);
+            locs.push(loc);
+        }
+        let budget = 64 * 1024;
+        let cache = PageCache::new(Arc::clone(&f), PS, budget);
+        for round in 0..3 {
+            for (i, loc) in locs.iter().enumerate() {
+                let n = cache.load(*loc).unwrap();
+                assert_eq!(n.location(), Some(*loc));
+                // A hot page stays cached thanks to its CLOCK bit.
+                cache.load(locs[0]).unwrap();
+                let held = cache.stats().cached_bytes as usize;
+                assert!(held <= budget, "round {round} page {i}: {held} bytes");
+            }
+        }
+        let s = cache.stats();
+        assert!(
+            s.evictions > 0 && s.cached_bytes > (budget / 2) as u64,
+            "{s:?}"
+        );
+        assert!(s.hits >= 3 * 200 - 3, "the hot page was evicted: {s:?}");
+    }
+
+    #[test]
+    fn overflow_chains_are_checked_for_length() {
+        let f = file();
+        let cap = PS.overflow_data_bytes();
+        let data: Vec<u8> = (0..cap + 100).map(|i| i as u8).collect();
+        let last = encode_overflow(6, None, &data[cap..], PS);
+        let last_loc = Location {
+            page: 6,
+            crc: page_crc(&last),
+        };
+        let first = encode_overflow(5, Some(last_loc), &data[..cap], PS);
+        let first_loc = Location {
+            page: 5,
+            crc: page_crc(&first),
+        };
+        write(&*f, 5, &first);
+        write(&*f, 6, &last);
+        let cache = PageCache::new(Arc::clone(&f), PS, 1 << 20);
+        let got = cache.load_overflow(first_loc, data.len() as u64).unwrap();
+        assert_eq!(&got.bytes[..], &data[..]);
+        assert_eq!(got.pages, vec![5, 6]);
+        for wrong_len in [cap as u64, cap as u64 + 99, 2 * cap as u64 + 1] {
+            assert!(matches!(
+                cache.load_overflow(first_loc, wrong_len),
+                Err(BtreeError::Corrupt { .. })
+            ));
+        }
+    }
+}

@@ -1,0 +1,313 @@
+//! Random sequences of operations against a `BTreeMap` model: inserts
+//! (small, inline-limit and overflow values), removes, range removals,
+//! scans and lookups, snapshots taken and held, and checkpoints in the
+//! middle that write the tree to a simulated file and drop it from memory,
+//! so that later operations read through a page cache far smaller than the
+//! tree. Every checkpoint also checks that the pages the writer reported
+//! freed are exactly those the tree stopped using.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::ops::Bound::{self, Excluded, Included, Unbounded};
+
+use proptest::prelude::*;
+
+use super::test_disk::Disk;
+use super::*;
+
+const KEYS: u16 = 400;
+const CACHE_BYTES: usize = 24 * 1024;
+
+#[derive(Debug, Clone)]
+enum Op {
+    Insert {
+        key: u16,
+        len: usize,
+    },
+    /// Insert a run of keys with small values: grows the tree quickly.
+    Fill {
+        start: u16,
+        count: u16,
+    },
+    Remove {
+        key: u16,
+    },
+    RemoveRange {
+        lo: u16,
+        hi: u16,
+        inclusive: bool,
+    },
+    Scan {
+        lo: u16,
+        hi: u16,
+    },
+    Get {
+        key: u16,
+    },
+    Snapshot,
+    DropSnapshot,
+    Checkpoint {
+        reopen: bool,
+    },
+}
+
+fn value_len() -> impl Strategy<Value = usize> {
+    prop_oneof![
+        8 => 0..120usize,
+        1 => 1000..1050usize,
+        1 => 1050..9000usize,
+    ]
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        40 => (0..KEYS, value_len()).prop_map(|(key, len)| Op::Insert { key, len }),
+        3 => (0..KEYS, 1..80u16).prop_map(|(start, count)| Op::Fill { start, count }),
+        15 => (0..KEYS).prop_map(|key| Op::Remove { key }),
+        2 => (0..KEYS, 0..KEYS / 2, any::<bool>())
+            .prop_map(|(lo, w, inclusive)| Op::RemoveRange { lo, hi: lo.saturating_add(w), inclusive }),
+        5 => (0..KEYS, 0..KEYS).prop_map(|(lo, hi)| Op::Scan { lo, hi }),
+        5 => (0..KEYS).prop_map(|key| Op::Get { key }),
+        2 => Just(Op::Snapshot),
+        2 => Just(Op::DropSnapshot),
+        3 => any::<bool>().prop_map(|reopen| Op::Checkpoint { reopen }),
+    ]
+}
+
+type Model = BTreeMap<Vec<u8>, Vec<u8>>;
+
+struct Run {
+    ps: PageSize,
+    pad: usize,
+    disk: Disk,
+    tm: TreeMut,
+    model: Model,
+    snapshots: Vec<(Tree, Model)>,
+    /// The pages the tree used at the last checkpoint.
+    live: BTreeSet<PageNo>,
+    seq: u32,
+}
+
+impl Run {
+    fn new(ps: PageSize, pad: usize) -> Run {
+        Run {
+            ps,
+            pad,
+            disk: Disk::new(ps, CACHE_BYTES),
+            tm: Tree::new(ps).edit(),
+            model: Model::new(),
+            snapshots: Vec::new(),
+            live: BTreeSet::new(),
+            seq: 0,
+        }
+    }
+
+    fn key(&self, id: u16) -> Vec<u8> {
+        let mut k = vec![b'p'; self.pad];
+        k.extend_from_slice(format!("{id:05}").as_bytes());
+        k
+    }
+
+    fn apply(&mut self, op: &Op) {
+        self.seq += 1;
+        let src = &self.disk.cache;
+        match *op {
+            Op::Insert { key, len } => {
+                let k = self.key(key);
+                let v: Vec<u8> = (0..len)
+                    .map(|j| (self.seq as usize + j * 7) as u8)
+                    .collect();
+                self.tm.insert(src, &k, &v).unwrap();
+                self.model.insert(k, v);
+            }
+            Op::Fill { start, count } => {
+                for key in start..start.saturating_add(count).min(KEYS) {
+                    let k = self.key(key);
+                    let v = vec![key as u8; usize::from(key % 50)];
+                    self.tm.insert(src, &k, &v).unwrap();
+                    self.model.insert(k, v);
+                }
+            }
+            Op::Remove { key } => {
+                let k = self.key(key);
+                let had = self.tm.remove(src, &k).unwrap();
+                assert_eq!(had, self.model.remove(&k).is_some());
+            }
+            Op::RemoveRange { lo, hi, inclusive } => {
+                let (lo, hi) = (self.key(lo), self.key(hi));
+                let end = if inclusive {
+                    Included(&hi[..])
+                } else {
+                    Excluded(&hi[..])
+                };
+                let n = self.tm.remove_range(src, Included(&lo[..]), end).unwrap();
+                let doomed: Vec<Vec<u8>> = self
+                    .model
+                    .range::<[u8], _>((Included(&lo[..]), end))
+                    .map(|(k, _)| k.clone())
+                    .collect();
+                assert_eq!(n, doomed.len() as u64);
+                for k in doomed {
+                    self.model.remove(&k);
+                }
+            }
+            Op::Scan { lo, hi } => {
+                let (lo, hi) = (self.key(lo), self.key(hi));
+                let t = self.tm.snapshot();
+                compare_range(&t, src, &self.model, Excluded(&lo), Included(&hi));
+            }
+            Op::Get { key } => {
+                let k = self.key(key);
+                let got = self.tm.get(src, &k).unwrap();
+                assert_eq!(got.map(|e| e.value().to_vec()), self.model.get(&k).cloned());
+            }
+            Op::Snapshot => {
+                if self.snapshots.len() < 3 {
+                    self.snapshots
+                        .push((self.tm.snapshot(), self.model.clone()));
+                }
+            }
+            Op::DropSnapshot => {
+                if !self.snapshots.is_empty() {
+                    let (t, m) = self.snapshots.remove(0);
+                    compare_range(&t, src, &m, Unbounded, Unbounded);
+                }
+            }
+            Op::Checkpoint { reopen } => self.checkpoint(reopen),
+        }
+    }
+
+    fn checkpoint(&mut self, reopen: bool) {
+        let freed = self.tm.take_freed();
+        let snap = self.tm.snapshot();
+        let cp = self.disk.checkpoint(&snap);
+        let stats = check_tree(&snap, &self.disk.cache).unwrap();
+        assert_eq!(stats.dirty_nodes, 0);
+        let now: BTreeSet<PageNo> = stats.pages.into_iter().collect();
+        let freed_set: BTreeSet<PageNo> = freed.iter().copied().collect();
+        assert_eq!(
+            freed_set.len(),
+            freed.len(),
+            "a page freed twice: {freed:?}"
+        );
+        let expected: BTreeSet<PageNo> = self.live.difference(&now).copied().collect();
+        assert_eq!(
+            freed_set, expected,
+            "freed pages differ from the pages dropped"
+        );
+        self.live = now;
+        compare_range(&snap, &self.disk.cache, &self.model, Unbounded, Unbounded);
+        if reopen {
+            self.disk.cache = self.disk.cold_cache(CACHE_BYTES);
+            self.tm = Tree::open(self.ps, &self.disk.cache, cp.root)
+                .unwrap()
+                .edit();
+        }
+    }
+
+    fn check_all(&self) {
+        let t = self.tm.snapshot();
+        let stats = check_tree(&t, &self.disk.cache).unwrap();
+        assert_eq!(stats.entries, self.model.len() as u64);
+        compare_range(&t, &self.disk.cache, &self.model, Unbounded, Unbounded);
+        for (t, m) in &self.snapshots {
+            check_tree(t, &self.disk.cache).unwrap();
+            compare_range(t, &self.disk.cache, m, Unbounded, Unbounded);
+        }
+        let held = self.disk.cache.stats().cached_bytes as usize;
+        assert!(held <= CACHE_BYTES, "cache holds {held} bytes");
+    }
+}
+
+fn compare_range(
+    t: &Tree,
+    src: &dyn PageSource,
+    model: &Model,
+    lo: Bound<&Vec<u8>>,
+    hi: Bound<&Vec<u8>>,
+) {
+    let lo_b = lo.map(|k| &k[..]);
+    let hi_b = hi.map(|k| &k[..]);
+    if let (Included(a) | Excluded(a), Included(b) | Excluded(b)) = (lo_b, hi_b) {
+        if a > b {
+            assert_eq!(t.range(src, lo_b, hi_b).count(), 0);
+            return;
+        }
+    }
+    let got: Vec<(Vec<u8>, Vec<u8>)> = t
+        .range(src, lo_b, hi_b)
+        .map(|e| {
+            let e = e.unwrap();
+            (e.key().to_vec(), e.value().to_vec())
+        })
+        .collect();
+    let want: Vec<(Vec<u8>, Vec<u8>)> = model
+        .range::<[u8], _>((lo_b, hi_b))
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
+    assert_eq!(got.len(), want.len());
+    assert!(got == want, "scan differs from the model");
+}
+
+fn run(ps: PageSize, pad: usize, ops: &[Op]) {
+    let mut r = Run::new(ps, pad);
+    for (i, op) in ops.iter().enumerate() {
+        r.apply(op);
+        if i % 25 == 24 {
+            r.check_all();
+        }
+    }
+    r.check_all();
+    r.checkpoint(true);
+    r.check_all();
+}
+
+/// 48 cases unless `PROPTEST_CASES` asks for more (a longer local run).
+fn cases() -> u32 {
+    std::env::var("PROPTEST_CASES")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(48)
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: cases(), ..ProptestConfig::default() })]
+
+    #[test]
+    fn tree_matches_a_btreemap(
+        pad in prop_oneof![Just(0usize), Just(150), Just(700)],
+        ops in proptest::collection::vec(op(), 1..300),
+    ) {
+        run(PageSize::DEFAULT, pad, &ops);
+    }
+}
+
+/// Long runs that make the tree deep and empty it again.
+#[test]
+fn fill_and_drain_with_checkpoints() {
+    let mut r = Run::new(PageSize::DEFAULT, 700);
+    for round in 0..3u16 {
+        for i in 0..KEYS {
+            let key = (i * 7 + round) % KEYS;
+            r.apply(&Op::Insert {
+                key,
+                len: usize::from(i % 200),
+            });
+            if i % 97 == 0 {
+                r.apply(&Op::Checkpoint { reopen: i % 2 == 0 });
+            }
+        }
+        r.check_all();
+        assert!(check_tree(&r.tm.snapshot(), &r.disk.cache).unwrap().depth >= 3);
+        r.apply(&Op::Snapshot);
+        for i in 0..KEYS {
+            r.apply(&Op::Remove {
+                key: (i * 13) % KEYS,
+            });
+            if i % 89 == 0 {
+                r.apply(&Op::Checkpoint { reopen: i % 2 == 1 });
+            }
+        }
+        r.check_all();
+        assert!(r.tm.is_empty());
+    }
+}

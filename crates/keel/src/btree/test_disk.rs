@@ -1,0 +1,70 @@
+//! A data file on the simulated file system, and checkpoints into it, for
+//! the tree's tests.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use super::*;
+use crate::io::{OpenMode, OpenOptions, SimVfs, SyncKind, Vfs, VfsFile};
+
+pub(crate) struct Disk {
+    pub(crate) file: Arc<dyn VfsFile>,
+    pub(crate) cache: PageCache,
+    pub(crate) page_size: PageSize,
+    /// The next never-used page: pages are not recycled here, so every old
+    /// snapshot stays readable.
+    pub(crate) next_page: PageNo,
+}
+
+impl Disk {
+    pub(crate) fn new(page_size: PageSize, cache_bytes: usize) -> Disk {
+        let vfs = SimVfs::new(7);
+        vfs.create_dir_durable(Path::new("/db")).unwrap();
+        let file = vfs
+            .open(
+                Path::new("/db/data"),
+                OpenOptions::new(OpenMode::Buffered).create(true),
+            )
+            .unwrap();
+        Disk {
+            cache: PageCache::new(Arc::clone(&file), page_size, cache_bytes),
+            file,
+            page_size,
+            next_page: FIRST_TREE_PAGE,
+        }
+    }
+
+    /// Write out what `tree` holds only in memory, as a store's checkpoint
+    /// does, then let go of the in-memory copies.
+    pub(crate) fn checkpoint(&mut self, tree: &Tree) -> Checkpoint {
+        let mut next = self.next_page;
+        let cp = assign_pages(tree, &mut || {
+            next += 1;
+            next - 1
+        })
+        .unwrap();
+        self.next_page = next;
+        self.write(&cp);
+        self.file.sync(SyncKind::Data).unwrap();
+        for (loc, node) in &cp.nodes {
+            self.cache.insert(*loc, Arc::clone(node));
+        }
+        detach_clean(tree);
+        assert_eq!(tree.root_location(), cp.root);
+        cp
+    }
+
+    pub(crate) fn write(&self, cp: &Checkpoint) {
+        for (page, bytes) in &cp.pages {
+            assert_eq!(bytes.len(), self.page_size.bytes());
+            self.file
+                .write_at(bytes, page * self.page_size.bytes() as u64)
+                .unwrap();
+        }
+    }
+
+    /// A fresh cache over the same file: nothing decoded in memory.
+    pub(crate) fn cold_cache(&self, cache_bytes: usize) -> PageCache {
+        PageCache::new(Arc::clone(&self.file), self.page_size, cache_bytes)
+    }
+}

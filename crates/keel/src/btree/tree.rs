@@ -1,0 +1,250 @@
+//! The public face of the tree: [`Tree`], an immutable snapshot that is
+//! cheap to clone and share between threads, and [`TreeMut`], a writer's
+//! working copy.
+
+use std::ops::Bound;
+use std::sync::Arc;
+
+use super::cache::PageSource;
+use super::limits::MAX_VALUE_BYTES;
+use super::node::{Body, Leaf, Node, OverflowValue, ValueRef};
+use super::read::{self, Entry, Range};
+use super::write::{KeyRange, Writer};
+use super::{BtreeError, Location, PageNo, PageSize};
+
+/// A snapshot of the tree: every read sees the same state, whatever
+/// writers do later. Cloning it clones one `Arc`.
+#[derive(Clone, Debug)]
+pub struct Tree {
+    root: Option<Arc<Node>>,
+    page_size: PageSize,
+}
+
+impl Tree {
+    /// An empty tree.
+    pub fn new(page_size: PageSize) -> Tree {
+        Tree {
+            root: None,
+            page_size,
+        }
+    }
+
+    /// The tree whose root is at `root` on disk (`None`: empty).
+    pub fn open(
+        page_size: PageSize,
+        src: &dyn PageSource,
+        root: Option<Location>,
+    ) -> Result<Tree, BtreeError> {
+        let root = match root {
+            Some(loc) => Some(src.load(loc)?),
+            None => None,
+        };
+        Ok(Tree { root, page_size })
+    }
+
+    /// The page size the tree's nodes are bounded by.
+    pub fn page_size(&self) -> PageSize {
+        self.page_size
+    }
+
+    /// The root node, if the tree is not empty.
+    pub fn root(&self) -> Option<&Arc<Node>> {
+        self.root.as_ref()
+    }
+
+    /// Where the root is on disk, once a checkpoint wrote it.
+    pub fn root_location(&self) -> Option<Location> {
+        self.root.as_ref().and_then(|r| r.location())
+    }
+
+    /// Whether the tree holds no entry.
+    pub fn is_empty(&self) -> bool {
+        self.root.is_none()
+    }
+
+    /// The entry for `key`, if present.
+    pub fn get(&self, src: &dyn PageSource, key: &[u8]) -> Result<Option<Entry>, BtreeError> {
+        read::get(self.root.as_ref(), src, key)
+    }
+
+    /// The entries with keys in `(start, end)`, in key order.
+    pub fn range<'a>(
+        &self,
+        src: &'a dyn PageSource,
+        start: Bound<&[u8]>,
+        end: Bound<&[u8]>,
+    ) -> Range<'a> {
+        Range::new(self.root.as_ref(), src, start, end)
+    }
+
+    /// A working copy for a writer, starting from this snapshot.
+    pub fn edit(&self) -> TreeMut {
+        TreeMut {
+            root: self.root.clone(),
+            page_size: self.page_size,
+            freed: Vec::new(),
+        }
+    }
+}
+
+/// A writer's working copy of the tree. Changes are copy-on-write: no
+/// snapshot taken before (and no node in a page cache) ever sees them.
+/// Every page whose content the working copy no longer holds — a node
+/// copied or dropped, every page of an overflow value replaced or removed —
+/// is reported in [`TreeMut::freed`], once, for the store to recycle when
+/// no snapshot needs it any more.
+///
+/// After an error the working copy is a valid tree but the operation may
+/// be half done: drop it (abort the transaction).
+#[derive(Debug)]
+pub struct TreeMut {
+    root: Option<Arc<Node>>,
+    page_size: PageSize,
+    freed: Vec<PageNo>,
+}
+
+impl TreeMut {
+    /// A snapshot of the working copy as it is now. Later changes copy the
+    /// nodes it shares, as for any snapshot.
+    pub fn snapshot(&self) -> Tree {
+        Tree {
+            root: self.root.clone(),
+            page_size: self.page_size,
+        }
+    }
+
+    /// The working copy as a snapshot, and the pages it freed.
+    pub fn finish(self) -> (Tree, Vec<PageNo>) {
+        let tree = Tree {
+            root: self.root,
+            page_size: self.page_size,
+        };
+        (tree, self.freed)
+    }
+
+    /// Pages freed so far.
+    pub fn freed(&self) -> &[PageNo] {
+        &self.freed
+    }
+
+    /// Take the pages freed so far.
+    pub fn take_freed(&mut self) -> Vec<PageNo> {
+        std::mem::take(&mut self.freed)
+    }
+
+    /// Whether the working copy holds no entry.
+    pub fn is_empty(&self) -> bool {
+        self.root.is_none()
+    }
+
+    /// The entry for `key` in the working copy.
+    pub fn get(&self, src: &dyn PageSource, key: &[u8]) -> Result<Option<Entry>, BtreeError> {
+        read::get(self.root.as_ref(), src, key)
+    }
+
+    /// The entries of the working copy with keys in `(start, end)`. While
+    /// the scan lives, changes copy the nodes it holds.
+    pub fn range<'a>(
+        &self,
+        src: &'a dyn PageSource,
+        start: Bound<&[u8]>,
+        end: Bound<&[u8]>,
+    ) -> Range<'a> {
+        Range::new(self.root.as_ref(), src, start, end)
+    }
+
+    fn writer<'a>(
+        src: &'a dyn PageSource,
+        page_size: PageSize,
+        freed: &'a mut Vec<PageNo>,
+    ) -> Writer<'a> {
+        Writer {
+            src,
+            page_size,
+            freed,
+        }
+    }
+
+    /// Insert `key` with `value`, replacing any value it had.
+    pub fn insert(
+        &mut self,
+        src: &dyn PageSource,
+        key: &[u8],
+        value: &[u8],
+    ) -> Result<(), BtreeError> {
+        let max_key = self.page_size.max_key_bytes();
+        if key.len() > max_key {
+            return Err(BtreeError::KeyTooLong {
+                len: key.len(),
+                max: max_key,
+            });
+        }
+        if value.len() as u64 > MAX_VALUE_BYTES {
+            return Err(BtreeError::ValueTooLong {
+                len: value.len() as u64,
+                max: MAX_VALUE_BYTES,
+            });
+        }
+        let overflow;
+        let value = if value.len() > self.page_size.max_inline_value_bytes() {
+            overflow = Arc::new(OverflowValue::in_memory(value));
+            ValueRef::Overflow(&overflow)
+        } else {
+            ValueRef::Inline(value)
+        };
+        let mut w = Self::writer(src, self.page_size, &mut self.freed);
+        match &mut self.root {
+            None => {
+                let mut leaf = Leaf::default();
+                leaf.push(key, value);
+                self.root = Some(Arc::new(Node::new(Body::Leaf(leaf))));
+            }
+            Some(root) => {
+                let node = w.make_mut(root);
+                w.insert(node, key, value)?;
+            }
+        }
+        w.fix_root(&mut self.root)
+    }
+
+    /// Remove `key`; returns whether it was present. An absent key changes
+    /// nothing (no node is copied).
+    pub fn remove(&mut self, src: &dyn PageSource, key: &[u8]) -> Result<bool, BtreeError> {
+        if read::find(self.root.as_ref(), src, key)?.is_none() {
+            return Ok(false);
+        }
+        let mut w = Self::writer(src, self.page_size, &mut self.freed);
+        let root = self.root.as_mut().expect("the key is present");
+        let node = w.make_mut(root);
+        w.remove(node, key)?;
+        w.fix_root(&mut self.root)?;
+        Ok(true)
+    }
+
+    /// Remove every key in `(start, end)` (dropping a table); returns how
+    /// many were removed. Subtrees wholly inside the range are dropped
+    /// whole, but are still read to report their pages.
+    pub fn remove_range(
+        &mut self,
+        src: &dyn PageSource,
+        start: Bound<&[u8]>,
+        end: Bound<&[u8]>,
+    ) -> Result<u64, BtreeError> {
+        let mut probe = Range::new(self.root.as_ref(), src, start, end);
+        if probe.next_position()?.is_none() {
+            return Ok(0);
+        }
+        drop(probe);
+        let mut w = Self::writer(src, self.page_size, &mut self.freed);
+        let root = self.root.as_mut().expect("the range holds a key");
+        let node = w.make_mut(root);
+        let removed = w.remove_range(node, &KeyRange { start, end })?;
+        if let Some(root) = self.root.as_mut() {
+            // The root is this writer's: the removal changed it.
+            let node = Arc::get_mut(root).expect("a changed root belongs to its writer");
+            w.repair_paths(node, &[start, end])?;
+        }
+        w.fix_root(&mut self.root)?;
+        Ok(removed)
+    }
+}
