@@ -479,7 +479,7 @@ fn trees_and_caches_are_shared_between_threads() {
 /// memory or loads it.
 #[test]
 fn readers_see_everything_while_a_checkpoint_detaches() {
-    let mut disk = Disk::new(PS, 256 * 1024);
+    let disk = Disk::new(PS, 256 * 1024);
     let mut tm = Tree::new(PS).edit();
     for i in 0..5000 {
         tm.insert(&disk.cache, &key(i), &value(i, 100)).unwrap();
@@ -492,10 +492,11 @@ fn readers_see_everything_while_a_checkpoint_detaches() {
                 let snap = snap.clone();
                 s.spawn(move || {
                     for _ in 0..20 {
-                        let n = snap
-                            .range(cache, Unbounded, Unbounded)
-                            .map(|e| e.unwrap())
-                            .count();
+                        let mut n = 0;
+                        for e in snap.range(cache, Unbounded, Unbounded) {
+                            assert_eq!(e.unwrap().value().len(), 100);
+                            n += 1;
+                        }
                         assert_eq!(n, 5000);
                     }
                 })
