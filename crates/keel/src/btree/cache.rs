@@ -64,8 +64,10 @@ pub fn read_overflow_chain(
     }
     let count = page_size.overflow_pages(len);
     let full = page_size.overflow_data_bytes();
-    let mut bytes = Vec::with_capacity(len as usize);
-    let mut pages = Vec::with_capacity(count as usize);
+    // The length comes from a page: grow as pages prove it rather than
+    // allocate up to 4 GiB on its word.
+    let mut bytes = Vec::with_capacity((len as usize).min(64 * full));
+    let mut pages = Vec::with_capacity((count as usize).min(64));
     let mut buf = AlignedBuf::new(page_size.bytes(), page_size.bytes().min(4096));
     let mut next = Some(first);
     for i in 0..count {

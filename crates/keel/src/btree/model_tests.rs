@@ -275,9 +275,10 @@ proptest! {
     #[test]
     fn tree_matches_a_btreemap(
         pad in prop_oneof![Just(0usize), Just(150), Just(700)],
+        page_bytes in prop_oneof![4 => Just(4096usize), 1 => Just(8192)],
         ops in proptest::collection::vec(op(), 1..300),
     ) {
-        run(PageSize::DEFAULT, pad, &ops);
+        run(PageSize::new(page_bytes).unwrap(), pad, &ops);
     }
 }
 
