@@ -279,21 +279,31 @@ pub(crate) fn check_direct_alignment(
 /// by an earlier call that crashed before syncing its parent exists (the
 /// page cache survived the process) but is not yet durable. One `fsync` per
 /// level of the path, at open time only.
+///
+/// A directory above the path that existed before and that this process may
+/// not open for reading (search permission only, e.g. mode 0711) cannot be
+/// synced; it was not made by this call, and it is skipped.
 pub fn create_dir_all_durable(vfs: &dyn Vfs, path: &Path) -> Result<()> {
-    vfs.create_dir_all(path)?;
-    let holders: Vec<&Path> = path
+    let existed: Vec<bool> = path
         .ancestors()
-        .skip(1)
-        .map(|p| {
-            if p.as_os_str().is_empty() {
-                Path::new(".")
-            } else {
-                p
-            }
-        })
+        .map(|p| vfs.exists(p).unwrap_or(false))
         .collect();
-    for dir in holders.into_iter().rev() {
-        vfs.sync_dir(dir)?;
+    vfs.create_dir_all(path)?;
+    let mut holders = Vec::new();
+    for (dir, existed) in path.ancestors().zip(existed).skip(1) {
+        let dir = if dir.as_os_str().is_empty() {
+            Path::new(".")
+        } else {
+            dir
+        };
+        holders.push((dir, existed));
+    }
+    for (dir, existed) in holders.into_iter().rev() {
+        match vfs.sync_dir(dir) {
+            Err(IoError::Os { error, .. })
+                if existed && error.kind() == std::io::ErrorKind::PermissionDenied => {}
+            other => other?,
+        }
     }
     Ok(())
 }
