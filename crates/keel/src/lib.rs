@@ -13,3 +13,4 @@ pub mod btree;
 pub mod db;
 pub mod io;
 pub mod journal;
+mod le;

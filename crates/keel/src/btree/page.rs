@@ -5,6 +5,7 @@
 //! bounds-checked and every rule of the format is checked, with a
 //! [`PageError`] for the first one broken.
 
+use crate::le::{get_u16, get_u32, get_u64, put_u16, put_u32, put_u64};
 use std::sync::Arc;
 
 use super::limits::{FIRST_TREE_PAGE, MAX_VALUE_BYTES};
@@ -492,30 +493,6 @@ fn overflow_from_frame<'a>(
         next,
         data: &bytes[OVERFLOW_HEADER_BYTES..end],
     })
-}
-
-fn put_u16(b: &mut [u8], at: usize, v: u16) {
-    b[at..at + 2].copy_from_slice(&v.to_le_bytes());
-}
-
-fn put_u32(b: &mut [u8], at: usize, v: u32) {
-    b[at..at + 4].copy_from_slice(&v.to_le_bytes());
-}
-
-fn put_u64(b: &mut [u8], at: usize, v: u64) {
-    b[at..at + 8].copy_from_slice(&v.to_le_bytes());
-}
-
-fn get_u16(b: &[u8], at: usize) -> u16 {
-    u16::from_le_bytes(b[at..at + 2].try_into().expect("2 bytes"))
-}
-
-fn get_u32(b: &[u8], at: usize) -> u32 {
-    u32::from_le_bytes(b[at..at + 4].try_into().expect("4 bytes"))
-}
-
-fn get_u64(b: &[u8], at: usize) -> u64 {
-    u64::from_le_bytes(b[at..at + 8].try_into().expect("8 bytes"))
 }
 
 #[cfg(test)]

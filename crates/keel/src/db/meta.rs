@@ -7,6 +7,7 @@
 //! with the highest generation. `docs/format.md` ("The data file: meta
 //! pages") is the specification; offsets here derive from each other.
 
+use crate::le::{get_u32, get_u64, put_u32, put_u64};
 use thiserror::Error;
 
 /// Meta page magic.
@@ -181,22 +182,6 @@ pub fn choose(slot0: &[u8], slot1: &[u8]) -> Result<(Meta, Option<MetaError>), [
         (Ok(a), Err(e)) | (Err(e), Ok(a)) => Ok((a, Some(e))),
         (Err(a), Err(b)) => Err([a, b]),
     }
-}
-
-fn put_u32(b: &mut [u8], at: usize, v: u32) {
-    b[at..at + 4].copy_from_slice(&v.to_le_bytes());
-}
-
-fn put_u64(b: &mut [u8], at: usize, v: u64) {
-    b[at..at + 8].copy_from_slice(&v.to_le_bytes());
-}
-
-fn get_u32(b: &[u8], at: usize) -> u32 {
-    u32::from_le_bytes(b[at..at + 4].try_into().expect("4 bytes"))
-}
-
-fn get_u64(b: &[u8], at: usize) -> u64 {
-    u64::from_le_bytes(b[at..at + 8].try_into().expect("8 bytes"))
 }
 
 #[cfg(test)]

@@ -2,6 +2,8 @@
 //! and records. `docs/format.md` is the specification; this file follows it
 //! and derives every offset from the one before.
 
+use crate::le::{get_u32, get_u64, put_u32, put_u64};
+
 /// Segment header magic.
 pub const SEGMENT_MAGIC: [u8; 8] = *b"KEELSEG1";
 /// On-disk format version. Version 2 added `base_lsn` and
@@ -268,22 +270,6 @@ impl RecordHeader {
         };
         Ok((header, payload))
     }
-}
-
-fn put_u32(b: &mut [u8], at: usize, v: u32) {
-    b[at..at + 4].copy_from_slice(&v.to_le_bytes());
-}
-
-fn put_u64(b: &mut [u8], at: usize, v: u64) {
-    b[at..at + 8].copy_from_slice(&v.to_le_bytes());
-}
-
-fn get_u32(b: &[u8], at: usize) -> u32 {
-    u32::from_le_bytes(b[at..at + 4].try_into().expect("4 bytes"))
-}
-
-fn get_u64(b: &[u8], at: usize) -> u64 {
-    u64::from_le_bytes(b[at..at + 8].try_into().expect("8 bytes"))
 }
 
 /// The file name of segment `seq`: 20 decimal digits, so names sort in
