@@ -7,6 +7,7 @@
 //! with the highest generation. `docs/format.md` ("The data file: meta
 //! pages") is the specification; offsets here derive from each other.
 
+use crate::btree::{PageSize, PAGE_TYPE_META};
 use crate::le::{get_u32, get_u64, put_u32, put_u64};
 use thiserror::Error;
 
@@ -14,8 +15,6 @@ use thiserror::Error;
 pub const META_MAGIC: [u8; 8] = *b"KEELDB01";
 /// Data file format version.
 pub const DATA_FORMAT_VERSION: u32 = 1;
-/// Page type byte of a meta page (shared numbering with the tree's pages).
-pub const PAGE_TYPE_META: u8 = 4;
 
 // Layout (little-endian), at the start of pages 0 and 1.
 const M_CRC: usize = 0;
@@ -40,10 +39,6 @@ const M_RESERVED3: usize = M_JOURNAL_ID + 8;
 /// rest of the page is zeros and is not read).
 pub const META_BYTES: usize = M_RESERVED3 + 32;
 const _: () = assert!(META_BYTES == 128);
-
-/// The smallest and largest page sizes a store may have.
-pub const MIN_PAGE_BYTES: u32 = 4096;
-pub const MAX_PAGE_BYTES: u32 = 65536;
 
 /// A page reference with the checksum of the page it points to (0 page:
 /// none).
@@ -157,8 +152,8 @@ impl Meta {
             .into_iter()
             .chain([M_RESERVED2..M_FREE_PAGES, M_RESERVED3..META_BYTES])
             .all(|r| b[r].iter().all(|&x| x == 0));
-        let geometry_ok = m.page_size.is_power_of_two()
-            && (MIN_PAGE_BYTES..=MAX_PAGE_BYTES).contains(&m.page_size)
+        // The page sizes a store may have are the tree's.
+        let geometry_ok = PageSize::new(m.page_size as usize).is_ok()
             && m.page_count >= 2
             && in_file(m.root.page)
             && in_file(m.freelist.page)

@@ -115,8 +115,7 @@ fn start_threads(
 
 /// The active segment, the append position and the segments of the
 /// recovered chain — made durable first: a new journal gets segment 1; an
-/// existing chain has its recovered tail rewritten and every segment
-/// synced.
+/// existing chain has every segment synced.
 fn recover_chain(
     vfs: &dyn Vfs,
     spec: &SegmentSpec,
