@@ -259,7 +259,13 @@ fn complete(shared: &Shared, st: &mut State, batch: &Sealed) {
         .find(|f| f.id == batch.slab.id)
         .expect("a written batch is in flight");
     flight.written = true;
-    while st.flights.front().is_some_and(|f| f.written) {
+    // Never past a failed batch: it and every later one stay unacknowledged.
+    let failed = shared.failed_batch.load(Ordering::SeqCst);
+    while st
+        .flights
+        .front()
+        .is_some_and(|f| f.written && f.id < failed)
+    {
         let f = st.flights.pop_front().expect("front");
         st.stats.writes += 1;
         st.stats.records += f.records;

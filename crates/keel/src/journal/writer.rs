@@ -797,11 +797,21 @@ pub(super) fn poison_all(
     e: Arc<IoError>,
 ) -> Arc<IoError> {
     let e = st.poisoned.get_or_insert(e).clone();
-    // Batches whose writes started may still complete; none after them.
-    let first_unstarted = shared.started_batch.load(Ordering::SeqCst) + 1;
+    // With a durable write per batch (`O_DSYNC`), each write reports its own
+    // error: batches whose writes started may still complete; none after
+    // them. With a write then a separate sync, they may not: a sync reports
+    // a writeback error once per open file, so the failed sync may have
+    // been the one to hear of another batch's lost pages, and that batch's
+    // own sync then returns 0 (`fsync(2)`, errseq). Nothing not yet complete
+    // is acknowledged then.
+    let first_in_doubt = if shared.spec.method.sync_after_writes().is_some() {
+        shared.completed_batch.load(Ordering::SeqCst) + 1
+    } else {
+        shared.started_batch.load(Ordering::SeqCst) + 1
+    };
     shared
         .failed_batch
-        .fetch_min(first_unstarted, Ordering::SeqCst);
+        .fetch_min(first_in_doubt, Ordering::SeqCst);
     shared.poisoned.store(true, Ordering::SeqCst);
     st.queue.clear();
     drop(st);
