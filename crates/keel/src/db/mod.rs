@@ -1,10 +1,379 @@
-//! The store: transactions over the B+tree data file, checkpoints and
-//! recovery, on the write-ahead journal.
+//! The store: transactions over a B+tree data file, on the write-ahead
+//! journal.
 //!
-//! Built so far: [`meta`], the two alternating meta pages a checkpoint
-//! switches between. The transactions, the checkpointer and recovery come
-//! next (see `docs/format.md`, "The data file: meta pages").
+//! ```no_run
+//! use keel::db::Database;
+//!
+//! # fn main() -> Result<(), keel::db::DbError> {
+//! let db = Database::create("/tmp/my-store")?;
+//! let mut txn = db.begin_write()?;
+//! txn.open_table("users")?.insert(b"alice", b"admin")?;
+//! txn.commit()?; // durable when it returns
+//!
+//! let read = db.begin_read();
+//! let users = read.open_table("users")?;
+//! assert_eq!(users.get(b"alice")?.as_deref(), Some(&b"admin"[..]));
+//! drop(read);
+//! db.close()?;
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! A store is a directory: `data.keel` (the B+tree's pages and two meta
+//! pages), `journal/` (the write-ahead journal) and `LOCK`. A commit
+//! appends one record to the journal and is durable once that record is;
+//! checkpoints write the tree's changed pages to the data file in the
+//! background and let the journal recycle what they cover. See
+//! `docs/store.md` for the guarantees and `docs/format.md` for the bytes.
 
 #![deny(unsafe_code)]
 
+mod error;
+mod freelist;
 pub mod meta;
+mod record;
+mod store;
+mod txn;
+
+use std::path::Path;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+pub use error::{DbError, Result};
+pub use store::{DATA_FILE, JOURNAL_DIR, LOCK_FILE};
+pub use txn::{Iter, KeyValue, ReadTxn, Table, TableMut, Value, WriteTxn, MAX_TABLE_NAME_BYTES};
+
+use crate::btree::{CacheStats, PageSize, MAX_VALUE_BYTES};
+use crate::io::{RealVfs, Vfs};
+use crate::journal::{JournalOptions, JournalStats, Lsn};
+use store::Shared;
+
+/// What a commit guarantees when it returns.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Durability {
+    /// Durable on return (the default): the commit's journal record and
+    /// every earlier one are on stable storage. Survives a process crash,
+    /// an OS crash and a power cut on a disk that honours flushes.
+    #[default]
+    Immediate,
+    /// Not waited for: `commit` returns once the record is handed to the
+    /// journal, whose writer thread starts writing it at once, in the
+    /// background. Until that write completes, a process crash, an OS
+    /// crash or a power cut can lose this commit (and any later one), but
+    /// never a part of it, and never an earlier `Immediate` commit. The
+    /// next transaction sees it; readers see it once it is durable.
+    Eventual,
+}
+
+/// Settings of a store. Build with [`Database::builder`].
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// Page size of a new store's data file (an existing store keeps its
+    /// own): a power of two from 4 KiB to 64 KiB.
+    pub page_size: usize,
+    /// The most bytes of decoded pages the page cache holds.
+    pub cache_bytes: usize,
+    /// A checkpoint starts once commits appended this many record bytes
+    /// since the last one.
+    pub checkpoint_journal_bytes: u64,
+    /// A checkpoint starts this long after the last one when anything was
+    /// committed since (`None`: only by bytes).
+    pub checkpoint_interval: Option<Duration>,
+    /// Writers stop and checkpoint themselves when this many record bytes
+    /// are not covered by a checkpoint (the background checkpointer fell
+    /// behind): bounds the memory of changed pages and the replay time.
+    pub backpressure_journal_bytes: u64,
+    /// Run checkpoints in a background thread (otherwise only writers'
+    /// backpressure, [`Database::checkpoint`] and `close` do).
+    pub background_checkpoints: bool,
+    /// The journal's settings; its recovery mode is always
+    /// `RefuseCorruption` (damage inside the journal is an error).
+    pub journal: JournalOptions,
+    /// The file system (the fault-injecting `SimVfs` in tests).
+    pub vfs: Arc<dyn Vfs>,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            page_size: crate::btree::DEFAULT_PAGE_BYTES,
+            cache_bytes: 256 << 20,
+            checkpoint_journal_bytes: 64 << 20,
+            checkpoint_interval: Some(Duration::from_secs(30)),
+            backpressure_journal_bytes: 256 << 20,
+            background_checkpoints: true,
+            journal: JournalOptions::default(),
+            vfs: RealVfs::shared(),
+        }
+    }
+}
+
+/// Builds a [`Database`] with non-default [`Options`].
+#[derive(Debug, Clone, Default)]
+pub struct Builder {
+    options: Options,
+}
+
+impl Builder {
+    /// Page size of a new store (bytes; a power of two, 4 KiB to 64 KiB).
+    pub fn page_size(mut self, bytes: usize) -> Self {
+        self.options.page_size = bytes;
+        self
+    }
+    /// Page cache budget in bytes.
+    pub fn cache_bytes(mut self, bytes: usize) -> Self {
+        self.options.cache_bytes = bytes;
+        self
+    }
+    /// Checkpoint after this many journal record bytes.
+    pub fn checkpoint_journal_bytes(mut self, bytes: u64) -> Self {
+        self.options.checkpoint_journal_bytes = bytes;
+        self
+    }
+    /// Checkpoint at least this often while commits arrive.
+    pub fn checkpoint_interval(mut self, every: Option<Duration>) -> Self {
+        self.options.checkpoint_interval = every;
+        self
+    }
+    /// Writers checkpoint themselves past this many uncovered bytes.
+    pub fn backpressure_journal_bytes(mut self, bytes: u64) -> Self {
+        self.options.backpressure_journal_bytes = bytes;
+        self
+    }
+    /// Whether a background thread checkpoints.
+    pub fn background_checkpoints(mut self, yes: bool) -> Self {
+        self.options.background_checkpoints = yes;
+        self
+    }
+    /// The journal's settings.
+    pub fn journal(mut self, options: JournalOptions) -> Self {
+        self.options.journal = options;
+        self
+    }
+    /// The file system to use.
+    pub fn vfs(mut self, vfs: Arc<dyn Vfs>) -> Self {
+        self.options.vfs = vfs;
+        self
+    }
+    /// The options as set.
+    pub fn options(&self) -> &Options {
+        &self.options
+    }
+    /// Open the store at `path`, creating it (and missing parent
+    /// directories) if it holds none.
+    pub fn create(self, path: impl AsRef<Path>) -> Result<Database> {
+        Database::start(path.as_ref(), self.options, true)
+    }
+    /// Open the existing store at `path`.
+    pub fn open(self, path: impl AsRef<Path>) -> Result<Database> {
+        Database::start(path.as_ref(), self.options, false)
+    }
+}
+
+/// An open store. `Send + Sync`: share it between threads by reference or
+/// in an `Arc`. One process at a time may open a store.
+#[derive(Debug)]
+pub struct Database {
+    shared: Arc<Shared>,
+    checkpointer: Option<JoinHandle<()>>,
+}
+
+/// What [`Database::stats`] reports.
+#[derive(Debug, Clone, Default)]
+pub struct Stats {
+    pub page_size: usize,
+    /// Pages in the data file (its high-water mark), meta pages included.
+    pub page_count: u64,
+    /// Pages free for reuse now.
+    pub free_pages: u64,
+    /// Pages freed by commits, reusable once a checkpoint covers them and
+    /// no reader needs them.
+    pub pending_free_pages: u64,
+    /// The LSN the durable meta page covers.
+    pub checkpoint_lsn: Lsn,
+    /// The meta page's generation (checkpoints ever taken).
+    pub checkpoint_generation: u64,
+    /// The newest LSN readers see.
+    pub published_lsn: Lsn,
+    /// Checkpoints taken since open, their pages and time.
+    pub checkpoints: u64,
+    pub checkpoint_pages: u64,
+    pub checkpoint_ms: f64,
+    pub commits: u64,
+    /// Record bytes committed that no checkpoint covers yet.
+    pub uncheckpointed_bytes: u64,
+    pub cache: CacheStats,
+    pub journal: JournalStats,
+}
+
+impl Database {
+    /// Open the store at `path` with default options, creating it (and
+    /// missing parent directories) if it holds none.
+    pub fn create(path: impl AsRef<Path>) -> Result<Database> {
+        Self::builder().create(path)
+    }
+
+    /// Open the existing store at `path` with default options.
+    pub fn open(path: impl AsRef<Path>) -> Result<Database> {
+        Self::builder().open(path)
+    }
+
+    /// Options for [`Builder::create`] or [`Builder::open`].
+    pub fn builder() -> Builder {
+        Builder::default()
+    }
+
+    fn start(path: &Path, options: Options, create: bool) -> Result<Database> {
+        if options.checkpoint_journal_bytes == 0 || options.backpressure_journal_bytes == 0 {
+            return Err(DbError::BadOptions(
+                "checkpoint and backpressure byte counts must be above 0".into(),
+            ));
+        }
+        PageSize::new(options.page_size).map_err(|e| DbError::BadOptions(e.to_string()))?;
+        let background = options.background_checkpoints;
+        let shared = Shared::open(path, options, create)?;
+        let checkpointer = background.then(|| {
+            let s = Arc::clone(&shared);
+            std::thread::Builder::new()
+                .name("keel-checkpoint".into())
+                .spawn(move || s.run_checkpointer())
+                .expect("spawn the checkpoint thread")
+        });
+        Ok(Database {
+            shared,
+            checkpointer,
+        })
+    }
+
+    /// Begin the write transaction, waiting while another one is open.
+    /// Readers are never blocked by it.
+    pub fn begin_write(&self) -> Result<WriteTxn> {
+        self.shared.backpressure()?;
+        WriteTxn::begin(Arc::clone(&self.shared))
+    }
+
+    /// Begin a read transaction: a consistent snapshot of the newest
+    /// durable commit, which no later commit changes. Never blocks on the
+    /// writer.
+    pub fn begin_read(&self) -> ReadTxn {
+        ReadTxn::begin(Arc::clone(&self.shared))
+    }
+
+    /// Checkpoint now: write every durable change to the data file and let
+    /// the journal recycle what it covers. Returns the LSN covered, or
+    /// `None` when nothing was new.
+    pub fn checkpoint(&self) -> Result<Option<Lsn>> {
+        self.shared.checkpoint()
+    }
+
+    /// Check the store: every page the durable meta page reaches, read
+    /// from the file and validated (checksums, page numbers, B+tree order
+    /// and balance, overflow chains), every page accounted for exactly
+    /// once (tree, free list, or free), and the newest snapshot in memory.
+    /// Returns the on-disk and in-memory tree statistics.
+    pub fn check(&self) -> Result<CheckReport> {
+        let (disk, memory) = self.shared.check()?;
+        Ok(CheckReport { disk, memory })
+    }
+
+    /// Counters and sizes.
+    pub fn stats(&self) -> Stats {
+        let s = &self.shared;
+        let meta = s.meta();
+        let (free, pending) = s.free_counts();
+        let c = &s.counters;
+        Stats {
+            page_size: s.page_size.bytes(),
+            page_count: meta.page_count,
+            free_pages: free,
+            pending_free_pages: pending,
+            checkpoint_lsn: meta.checkpoint_lsn,
+            checkpoint_generation: meta.generation,
+            published_lsn: s.published_lsn(),
+            checkpoints: c.checkpoints.load(Ordering::Relaxed),
+            checkpoint_pages: c.checkpoint_pages.load(Ordering::Relaxed),
+            checkpoint_ms: c.checkpoint_us.load(Ordering::Relaxed) as f64 / 1000.0,
+            commits: c.commits.load(Ordering::Relaxed),
+            uncheckpointed_bytes: s.bytes_since_checkpoint.load(Ordering::Relaxed),
+            cache: s.cache.stats(),
+            journal: s.journal.stats(),
+        }
+    }
+
+    /// Statistics of the newest snapshot's tree (depth, pages, entries):
+    /// walks the whole tree.
+    pub fn tree_stats(&self) -> Result<crate::btree::TreeStats> {
+        self.shared.tree_stats()
+    }
+
+    /// The journal under the store (for its statistics and recovery
+    /// report).
+    pub fn journal(&self) -> &crate::journal::Journal {
+        &self.shared.journal
+    }
+
+    /// The largest key, value and transaction the store accepts.
+    pub fn limits(&self) -> Limits {
+        Limits {
+            max_key_bytes: txn::max_key_bytes(&self.shared),
+            max_value_bytes: MAX_VALUE_BYTES,
+            max_transaction_bytes: self.shared.journal.options().max_record_bytes(),
+        }
+    }
+
+    /// Close the store: wait for commits not yet durable, checkpoint
+    /// everything (so the next open replays nothing), and report any error
+    /// (dropping a `Database` cannot). Read transactions still open keep
+    /// their snapshots readable.
+    pub fn close(mut self) -> Result<()> {
+        self.stop_checkpointer();
+        let s = &self.shared;
+        s.check_poison()?;
+        let w = s.take_writer()?;
+        let last = w.last_lsn;
+        s.put_writer(w);
+        s.wait_published(last)?;
+        s.checkpoint()?;
+        Ok(())
+    }
+
+    fn stop_checkpointer(&mut self) {
+        self.shared.stop_checkpointer();
+        if let Some(h) = self.checkpointer.take() {
+            let _ = h.join();
+        }
+    }
+}
+
+impl Drop for Database {
+    /// Stops the checkpointer. Commits are durable (or were not waited
+    /// for); what no checkpoint covers is replayed from the journal at the
+    /// next open. Use [`Database::close`] to see errors.
+    fn drop(&mut self) {
+        self.stop_checkpointer();
+    }
+}
+
+/// What [`Database::check`] found.
+#[derive(Debug, Clone)]
+pub struct CheckReport {
+    /// The tree the durable meta page refers to, read from the file.
+    pub disk: crate::btree::TreeStats,
+    /// The newest snapshot readers see.
+    pub memory: crate::btree::TreeStats,
+}
+
+/// The store's size limits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    pub max_key_bytes: usize,
+    pub max_value_bytes: u64,
+    /// The most bytes of one transaction's journal record (each put costs
+    /// its key, its value and 7 bytes; each delete its key and 3).
+    pub max_transaction_bytes: usize,
+}
+
+#[cfg(test)]
+mod tests;

@@ -371,6 +371,12 @@ impl Journal {
         &self.report
     }
 
+    /// The journal's store id: every segment header carries it, and a
+    /// store's data file records it to check that the two belong together.
+    pub fn store_id(&self) -> u64 {
+        self.shared.spec.store_id
+    }
+
     /// The write method in use.
     pub fn method(&self) -> WriteMethod {
         self.shared.spec.method

@@ -242,7 +242,9 @@ fn choose_method(
         return Ok((m, None));
     }
     let probe = dir.join(LOCK_FILE);
-    match vfs.open(&probe, OpenOptions::new(OpenMode::DirectDsync)) {
+    // The lock file exists on a real file system; create it where locks
+    // are not files (the simulated one).
+    match vfs.open(&probe, OpenOptions::new(OpenMode::DirectDsync).create(true)) {
         Ok(_) => Ok((WriteMethod::OdirectDsync, None)),
         Err(e @ IoError::DirectUnsupported { .. }) => {
             Ok((WriteMethod::Fdatasync, Some(e.to_string())))

@@ -1,0 +1,84 @@
+//! What the store's operations fail with.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use crate::btree::BtreeError;
+use crate::io::IoError;
+use crate::journal::JournalError;
+
+/// An error of the store.
+#[derive(Debug, Clone, thiserror::Error)]
+#[non_exhaustive]
+pub enum DbError {
+    /// A file operation failed.
+    #[error(transparent)]
+    Io(Arc<IoError>),
+    /// The journal failed or refused to open.
+    #[error("journal: {0}")]
+    Journal(#[from] JournalError),
+    /// Reading the tree failed: a page is damaged or unreadable.
+    #[error("data file: {0}")]
+    Tree(Arc<BtreeError>),
+    /// The path holds no store (or a store whose creation never finished).
+    #[error("{path} is not a Keel store: {reason}")]
+    NotAStore { path: PathBuf, reason: String },
+    /// Another process (or another handle in this one) has the store open.
+    #[error("store {0} is in use by another process (its LOCK file is held)")]
+    Locked(PathBuf),
+    /// The store's files are damaged or do not belong together.
+    #[error("store {path} is damaged: {reason}")]
+    Corrupt { path: PathBuf, reason: String },
+    /// A key longer than the store accepts.
+    #[error("a key of {len} bytes is longer than the {max}-byte limit")]
+    KeyTooLong { len: usize, max: usize },
+    /// A value longer than the store accepts.
+    #[error("a value of {len} bytes is longer than the {max}-byte limit")]
+    ValueTooLong { len: u64, max: u64 },
+    /// The transaction's changes do not fit in one journal record.
+    #[error(
+        "the transaction's changes take {len} bytes, more than the {max}-byte limit of one \
+         journal record (raise the journal segment size, or commit in smaller transactions)"
+    )]
+    TransactionTooLarge { len: usize, max: usize },
+    /// No table has this name.
+    #[error("no table named {0:?}")]
+    NoSuchTable(String),
+    /// A table name that is empty or too long.
+    #[error("bad table name {name:?}: {reason}")]
+    BadTableName { name: String, reason: &'static str },
+    /// An earlier failure stopped the store from accepting writes.
+    #[error(
+        "the store stopped accepting writes after a failure ({0}); reads of durable data still \
+         work; close and reopen the store to recover"
+    )]
+    Poisoned(Arc<str>),
+    /// A commit failed after its record was handed to the journal: the
+    /// commit may or may not be durable (reopening tells).
+    #[error(
+        "commit outcome unknown: {0}; the store stopped accepting writes. Reopen it: the commit \
+         is there if its record reached the disk"
+    )]
+    CommitFailed(Arc<str>),
+    /// Options that cannot work.
+    #[error("invalid store options: {0}")]
+    BadOptions(String),
+}
+
+impl From<IoError> for DbError {
+    fn from(e: IoError) -> Self {
+        match e {
+            IoError::Locked { path } => DbError::Locked(path),
+            e => DbError::Io(Arc::new(e)),
+        }
+    }
+}
+
+impl From<BtreeError> for DbError {
+    fn from(e: BtreeError) -> Self {
+        DbError::Tree(Arc::new(e))
+    }
+}
+
+/// Results of the store.
+pub type Result<T, E = DbError> = std::result::Result<T, E>;

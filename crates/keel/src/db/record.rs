@@ -1,0 +1,163 @@
+//! The journal record of a transaction: its changes, in the order they are
+//! applied. `docs/format.md` ("The store's journal records") is the
+//! specification.
+//!
+//! Keys here are full tree keys: the 4-byte big-endian table id, then the
+//! user's key. Table 0 is the catalog (see `txn.rs`).
+
+use crate::le::{get_u16, get_u32, put_u16, put_u32};
+
+/// The first byte of a transaction record.
+pub(crate) const RECORD_TXN: u8 = 1;
+const OP_PUT: u8 = 1;
+const OP_DELETE: u8 = 2;
+const OP_DROP_TABLE: u8 = 3;
+
+/// Bytes a put adds to a record besides its key and value.
+pub(crate) const PUT_FIXED_BYTES: usize = 1 + 2 + 4;
+/// Bytes a delete adds besides its key.
+pub(crate) const DELETE_FIXED_BYTES: usize = 1 + 2;
+/// Bytes a dropped table adds.
+pub(crate) const DROP_BYTES: usize = 1 + 4;
+
+/// One change.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Op<'a> {
+    Put(&'a [u8], &'a [u8]),
+    Delete(&'a [u8]),
+    /// Remove every key of the table (its id prefix).
+    DropTable(u32),
+}
+
+impl Op<'_> {
+    pub(crate) fn encoded_bytes(&self) -> usize {
+        match self {
+            Op::Put(k, v) => PUT_FIXED_BYTES + k.len() + v.len(),
+            Op::Delete(k) => DELETE_FIXED_BYTES + k.len(),
+            Op::DropTable(_) => DROP_BYTES,
+        }
+    }
+}
+
+/// Append `op` to a record being built (which starts with [`RECORD_TXN`]).
+pub(crate) fn push(out: &mut Vec<u8>, op: Op<'_>) {
+    let at = out.len();
+    out.resize(at + op.encoded_bytes(), 0);
+    let b = &mut out[at..];
+    match op {
+        Op::Put(k, v) => {
+            b[0] = OP_PUT;
+            put_u16(b, 1, k.len() as u16);
+            put_u32(b, 3, v.len() as u32);
+            b[PUT_FIXED_BYTES..PUT_FIXED_BYTES + k.len()].copy_from_slice(k);
+            b[PUT_FIXED_BYTES + k.len()..].copy_from_slice(v);
+        }
+        Op::Delete(k) => {
+            b[0] = OP_DELETE;
+            put_u16(b, 1, k.len() as u16);
+            b[DELETE_FIXED_BYTES..].copy_from_slice(k);
+        }
+        Op::DropTable(id) => {
+            b[0] = OP_DROP_TABLE;
+            put_u32(b, 1, id);
+        }
+    }
+}
+
+/// Why a record did not decode.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct BadRecord {
+    pub at: usize,
+    pub reason: &'static str,
+}
+
+/// Decode a record into its changes. Every length is checked against the
+/// bytes present and against `max_key` (the tree's key limit).
+pub(crate) fn decode(bytes: &[u8], max_key: usize) -> Result<Vec<Op<'_>>, BadRecord> {
+    let bad = |at, reason| Err(BadRecord { at, reason });
+    match bytes.first() {
+        Some(&RECORD_TXN) => {}
+        Some(_) => return bad(0, "unknown record kind"),
+        None => return bad(0, "empty record"),
+    }
+    let mut ops = Vec::new();
+    let mut at = 1;
+    while at < bytes.len() {
+        let rest = &bytes[at..];
+        let op = match rest[0] {
+            OP_PUT if rest.len() >= PUT_FIXED_BYTES => {
+                let k = get_u16(rest, 1) as usize;
+                let v = get_u32(rest, 3) as usize;
+                if k > max_key {
+                    return bad(at, "a key longer than the key limit");
+                }
+                if rest.len() - PUT_FIXED_BYTES < k || rest.len() - PUT_FIXED_BYTES - k < v {
+                    return bad(at, "a put running past the record's end");
+                }
+                let key = &rest[PUT_FIXED_BYTES..PUT_FIXED_BYTES + k];
+                Op::Put(key, &rest[PUT_FIXED_BYTES + k..PUT_FIXED_BYTES + k + v])
+            }
+            OP_DELETE if rest.len() >= DELETE_FIXED_BYTES => {
+                let k = get_u16(rest, 1) as usize;
+                if k > max_key {
+                    return bad(at, "a key longer than the key limit");
+                }
+                if rest.len() - DELETE_FIXED_BYTES < k {
+                    return bad(at, "a delete running past the record's end");
+                }
+                Op::Delete(&rest[DELETE_FIXED_BYTES..DELETE_FIXED_BYTES + k])
+            }
+            OP_DROP_TABLE if rest.len() >= DROP_BYTES => Op::DropTable(get_u32(rest, 1)),
+            OP_PUT | OP_DELETE | OP_DROP_TABLE => return bad(at, "a change cut short"),
+            _ => return bad(at, "unknown change type"),
+        };
+        at += op.encoded_bytes();
+        ops.push(op);
+    }
+    Ok(ops)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ops_round_trip() {
+        let ops = [
+            Op::DropTable(7),
+            Op::Put(b"\0\0\0\x01key", b"value"),
+            Op::Delete(b"\0\0\0\x01gone"),
+            Op::Put(b"\0\0\0\x02", b""),
+        ];
+        let mut rec = vec![RECORD_TXN];
+        for op in ops {
+            push(&mut rec, op);
+        }
+        assert_eq!(
+            rec.len(),
+            1 + ops.iter().map(Op::encoded_bytes).sum::<usize>()
+        );
+        assert_eq!(decode(&rec, 1000).unwrap(), ops);
+    }
+
+    #[test]
+    fn every_cut_and_every_bad_byte_is_caught_without_panic() {
+        let mut rec = vec![RECORD_TXN];
+        push(&mut rec, Op::Put(b"abcd", b"xyz"));
+        push(&mut rec, Op::Delete(b"abcdef"));
+        push(&mut rec, Op::DropTable(3));
+        for cut in 0..rec.len() {
+            // A cut at an op boundary is a shorter valid record.
+            let ok = decode(&rec[..cut], 1000).is_ok();
+            assert_eq!(ok, [1, 15, 24].contains(&cut), "cut {cut}");
+        }
+        for i in 0..rec.len() {
+            for b in [0u8, 4, 0xff] {
+                let mut r = rec.clone();
+                r[i] = b;
+                let _ = decode(&r, 1000);
+            }
+        }
+        assert!(decode(&rec, 3).is_err(), "key limit");
+    }
+}

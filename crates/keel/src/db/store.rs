@@ -1,0 +1,936 @@
+//! The store's shared state: opening and recovery, the commit path after a
+//! transaction is built, publication to readers, checkpoints and page
+//! reuse. `docs/format.md` ("The commit and checkpoint protocol") states
+//! the rules this file keeps; each is named where it is kept.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::io::IoSlice;
+use std::ops::Bound;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, Weak};
+use std::time::{Duration, Instant};
+
+use super::error::{DbError, Result};
+use super::freelist;
+use super::meta::{self, Meta, MetaError, PageRef};
+use super::record::{self, Op};
+use super::{Durability, Options};
+use crate::btree::{
+    assign_pages, check_tree, detach_clean, Location, PageCache, PageNo, PageSize, Tree, TreeMut,
+    TreeStats, FIRST_TREE_PAGE, MAX_PAGE_BYTES, MIN_PAGE_BYTES,
+};
+use crate::io::{self, LockGuard, OpenMode, OpenOptions, SyncKind, Vfs, VfsFile};
+use crate::journal::{Journal, JournalOptions, Lsn, RecoveryMode};
+
+/// The data file's name inside the store directory.
+pub const DATA_FILE: &str = "data.keel";
+/// The journal directory's name inside the store directory.
+pub const JOURNAL_DIR: &str = "journal";
+/// The lock file's name inside the store directory.
+pub const LOCK_FILE: &str = "LOCK";
+
+/// Recover from a poisoned mutex: every critical section here leaves its
+/// state consistent before anything can panic, and a panic elsewhere must
+/// not take the store down with it.
+pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// What only the one writer touches: the newest tree (committed, perhaps
+/// not yet durable) and its LSN.
+#[derive(Debug)]
+pub(crate) struct WriterState {
+    pub tree: Tree,
+    pub last_lsn: Lsn,
+}
+
+/// What readers see: the tree of the highest durable LSN, and the LSNs of
+/// the snapshots readers hold.
+#[derive(Debug)]
+struct View {
+    tree: Tree,
+    lsn: Lsn,
+    readers: BTreeMap<Lsn, usize>,
+}
+
+/// The data file's pages: the durable meta, which pages are free, and which
+/// were freed by commits but may not be reused yet.
+#[derive(Debug)]
+struct Space {
+    meta: Meta,
+    /// Pages holding the durable meta's free list.
+    freelist_pages: Vec<PageNo>,
+    /// Pages that no durable meta and no reader can reach: reusable now.
+    free: BTreeSet<PageNo>,
+    /// Pages freed by the commit at the LSN beside them: the durable meta
+    /// (checkpoint LSN < that LSN) or a reader may still reach them.
+    pending: Vec<(Lsn, PageNo)>,
+}
+
+/// Checkpointer control.
+#[derive(Debug, Default)]
+struct CkptCtl {
+    stop: bool,
+    requested: bool,
+}
+
+/// Counters for `stats`.
+#[derive(Debug, Default)]
+pub(crate) struct Counters {
+    pub checkpoints: AtomicU64,
+    pub checkpoint_pages: AtomicU64,
+    pub checkpoint_us: AtomicU64,
+    pub commits: AtomicU64,
+}
+
+pub(crate) struct Shared {
+    pub path: PathBuf,
+    pub options: Options,
+    pub page_size: PageSize,
+    pub data: Arc<dyn VfsFile>,
+    pub cache: PageCache,
+    pub journal: Journal,
+    /// The writer's state, taken by a write transaction (or a checkpoint)
+    /// for its whole life: `None` while taken.
+    writer: Mutex<Option<WriterState>>,
+    writer_cv: Condvar,
+    view: Mutex<View>,
+    view_cv: Condvar,
+    space: Mutex<Space>,
+    /// One checkpoint at a time.
+    ckpt_run: Mutex<()>,
+    ckpt: Mutex<CkptCtl>,
+    ckpt_cv: Condvar,
+    /// Record bytes committed since the last checkpoint started.
+    pub bytes_since_checkpoint: AtomicU64,
+    poison: Mutex<Option<Arc<str>>>,
+    pub counters: Counters,
+    _lock: Box<dyn LockGuard>,
+}
+
+impl std::fmt::Debug for Shared {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Store").field("path", &self.path).finish()
+    }
+}
+
+fn not_a_store(path: &Path, reason: impl Into<String>) -> DbError {
+    DbError::NotAStore {
+        path: path.to_path_buf(),
+        reason: reason.into(),
+    }
+}
+
+fn corrupt(path: &Path, reason: impl Into<String>) -> DbError {
+    DbError::Corrupt {
+        path: path.to_path_buf(),
+        reason: reason.into(),
+    }
+}
+
+fn journal_options(options: &Options) -> JournalOptions {
+    JournalOptions {
+        // Damage inside the journal is an error, never a silent cut.
+        recovery_mode: RecoveryMode::RefuseCorruption,
+        ..options.journal.clone()
+    }
+}
+
+/// The two meta slots' bytes. Slot 1 is page 1, whose offset is the page
+/// size, which the meta itself states: take it from slot 0, or, when slot
+/// 0 is not valid, try every page size for a slot 1 that states its own
+/// offset.
+fn read_metas(data: &dyn VfsFile) -> Result<(Vec<u8>, Vec<u8>)> {
+    let len = data.len()?;
+    let read = |at: u64| -> Result<Vec<u8>> {
+        let mut b = vec![0u8; meta::META_BYTES];
+        if at + b.len() as u64 <= len {
+            data.read_exact_at(&mut b, at)?;
+        }
+        Ok(b)
+    };
+    let slot0 = read(0)?;
+    let sizes: Vec<u64> = match Meta::decode(&slot0) {
+        Ok(m) => vec![m.page_size as u64],
+        Err(_) => {
+            let mut v = Vec::new();
+            let mut s = MIN_PAGE_BYTES as u64;
+            while s <= MAX_PAGE_BYTES as u64 {
+                v.push(s);
+                s *= 2;
+            }
+            v
+        }
+    };
+    let mut slot1 = None;
+    for &size in &sizes {
+        let b = read(size)?;
+        if Meta::decode(&b).is_ok_and(|m| m.page_size as u64 == size) {
+            slot1 = Some(b);
+            break;
+        }
+    }
+    let slot1 = match slot1 {
+        Some(b) => b,
+        None => read(sizes[0])?,
+    };
+    Ok((slot0, slot1))
+}
+
+/// Whether the directory holds a store whose creation finished.
+fn initialized(vfs: &dyn Vfs, dir: &Path) -> Result<bool> {
+    let path = dir.join(DATA_FILE);
+    if !vfs.exists(&path)? {
+        return Ok(false);
+    }
+    let data = vfs.open(&path, OpenOptions::new(OpenMode::Buffered).read_only(true))?;
+    let (a, b) = read_metas(data.as_ref())?;
+    Ok(!(Meta::decode(&a) == Err(MetaError::Blank) && Meta::decode(&b) == Err(MetaError::Blank)))
+}
+
+/// Lay down a new store in `dir` (which is locked): the journal first, then
+/// the data file with its first meta page, each made durable.
+fn initialize(vfs: &Arc<dyn Vfs>, dir: &Path, options: &Options) -> Result<()> {
+    let jdir = dir.join(JOURNAL_DIR);
+    let journal = Journal::open(Arc::clone(vfs), &jdir, journal_options(options))?;
+    if journal.recovery_report().last_lsn.is_some() {
+        return Err(corrupt(
+            dir,
+            "the journal holds records but the data file has no meta page",
+        ));
+    }
+    let ps = PageSize::new(options.page_size).map_err(|e| DbError::BadOptions(e.to_string()))?;
+    let meta = Meta {
+        page_size: ps.bytes() as u32,
+        generation: 0,
+        checkpoint_lsn: journal.next_lsn() - 1,
+        root: PageRef::default(),
+        page_count: FIRST_TREE_PAGE,
+        freelist: PageRef::default(),
+        free_pages: 0,
+        journal_id: journal.store_id(),
+    };
+    drop(journal);
+    let path = dir.join(DATA_FILE);
+    let data = vfs.open(&path, OpenOptions::new(OpenMode::Buffered).create(true))?;
+    let mut pages = vec![0u8; 2 * ps.bytes()];
+    meta.encode(&mut pages[..ps.bytes()]);
+    data.set_len(0)?;
+    data.write_at(&pages, 0)?;
+    data.sync(SyncKind::Data)?;
+    vfs.sync_dir(dir)?;
+    Ok(())
+}
+
+impl Shared {
+    /// Open the store in `dir`, creating it first when `create` and it
+    /// holds none. Recovery replays the journal past the checkpoint.
+    pub(crate) fn open(dir: &Path, options: Options, create: bool) -> Result<Arc<Shared>> {
+        let vfs = Arc::clone(&options.vfs);
+        if create {
+            io::create_dir_all_durable(vfs.as_ref(), dir)?;
+        } else if !vfs.exists(dir)? {
+            return Err(not_a_store(dir, "no such directory"));
+        }
+        if !vfs.exists(&dir.join(DATA_FILE))? && !create {
+            return Err(not_a_store(dir, format!("no {DATA_FILE} in it")));
+        }
+        let guard = vfs.lock(&dir.join(LOCK_FILE)).map_err(|e| match e {
+            io::IoError::Locked { .. } => DbError::Locked(dir.to_path_buf()),
+            e => e.into(),
+        })?;
+        if !initialized(vfs.as_ref(), dir)? {
+            if !create {
+                return Err(not_a_store(
+                    dir,
+                    "its data file has no meta page (a creation that never finished?)",
+                ));
+            }
+            initialize(&vfs, dir, &options)?;
+        }
+        Self::recover(dir, options, guard)
+    }
+
+    fn recover(dir: &Path, options: Options, guard: Box<dyn LockGuard>) -> Result<Arc<Shared>> {
+        let vfs = Arc::clone(&options.vfs);
+        let path = dir.join(DATA_FILE);
+        let data = vfs.open(&path, OpenOptions::new(OpenMode::Buffered))?;
+        let (a, b) = read_metas(data.as_ref())?;
+        let (meta, _other) = meta::choose(&a, &b).map_err(|[e0, e1]| {
+            corrupt(
+                dir,
+                format!("neither meta page is valid (page 0: {e0}; page 1: {e1})"),
+            )
+        })?;
+        let ps = PageSize::new(meta.page_size as usize)
+            .map_err(|e| corrupt(dir, format!("meta page: {e}")))?;
+        let file_pages = data.len()? / ps.bytes() as u64;
+        if file_pages < meta.page_count {
+            return Err(corrupt(
+                dir,
+                format!(
+                    "the data file holds {file_pages} pages but its meta page counts {} \
+                     (truncated?)",
+                    meta.page_count
+                ),
+            ));
+        }
+        let jdir = dir.join(JOURNAL_DIR);
+        if !vfs.exists(&jdir)? {
+            return Err(corrupt(dir, "the journal directory is missing"));
+        }
+        let journal = Journal::open(Arc::clone(&vfs), &jdir, journal_options(&options))?;
+        if journal.store_id() != meta.journal_id {
+            return Err(corrupt(
+                dir,
+                format!(
+                    "the journal (store id {:#x}) does not belong to this data file (store id \
+                     {:#x})",
+                    journal.store_id(),
+                    meta.journal_id
+                ),
+            ));
+        }
+        let cache = PageCache::new(Arc::clone(&data), ps, options.cache_bytes);
+        let root = (meta.root.page != 0).then_some(Location {
+            page: meta.root.page,
+            crc: meta.root.crc,
+        });
+        let tree = Tree::open(ps, &cache, root)?;
+        let (freelist_pages, free) = read_freelist(data.as_ref(), ps, &meta)
+            .map_err(|r| corrupt(dir, format!("free list: {r}")))?;
+        let space = Space {
+            meta,
+            freelist_pages,
+            free: free.into_iter().collect(),
+            pending: Vec::new(),
+        };
+        let shared = Shared {
+            path: dir.to_path_buf(),
+            page_size: ps,
+            data,
+            cache,
+            journal,
+            writer: Mutex::new(None),
+            writer_cv: Condvar::new(),
+            view: Mutex::new(View {
+                tree: tree.clone(),
+                lsn: meta.checkpoint_lsn,
+                readers: BTreeMap::new(),
+            }),
+            view_cv: Condvar::new(),
+            space: Mutex::new(space),
+            ckpt_run: Mutex::new(()),
+            ckpt: Mutex::new(CkptCtl::default()),
+            ckpt_cv: Condvar::new(),
+            bytes_since_checkpoint: AtomicU64::new(0),
+            poison: Mutex::new(None),
+            counters: Counters::default(),
+            options,
+            _lock: guard,
+        };
+        let (tree, last) = shared.replay(tree, meta.checkpoint_lsn)?;
+        {
+            let mut v = lock(&shared.view);
+            v.tree = tree.clone();
+            v.lsn = last;
+        }
+        *lock(&shared.writer) = Some(WriterState {
+            tree,
+            last_lsn: last,
+        });
+        Ok(Arc::new(shared))
+    }
+
+    /// Apply the journal's records after the checkpoint LSN to `tree`.
+    fn replay(&self, tree: Tree, checkpoint: Lsn) -> Result<(Tree, Lsn)> {
+        let next = self.journal.next_lsn();
+        if next <= checkpoint {
+            return Err(corrupt(
+                &self.path,
+                format!(
+                    "the journal ends before lsn {next}, but the data file's checkpoint covers up \
+                     to lsn {checkpoint}"
+                ),
+            ));
+        }
+        let mut tm = tree.edit();
+        let mut last = checkpoint;
+        for rec in self.journal.read_from(checkpoint + 1)? {
+            let (lsn, payload) = rec?;
+            if lsn != last + 1 {
+                return Err(corrupt(
+                    &self.path,
+                    format!(
+                        "the journal's records after the checkpoint (lsn {checkpoint}) start at \
+                         lsn {lsn}: records {}..{lsn} are missing",
+                        last + 1
+                    ),
+                ));
+            }
+            let ops = record::decode(&payload, self.page_size.max_key_bytes()).map_err(|b| {
+                corrupt(
+                    &self.path,
+                    format!("journal record {lsn}, byte {}: {}", b.at, b.reason),
+                )
+            })?;
+            apply(&mut tm, &self.cache, &ops)?;
+            let freed = tm.take_freed();
+            lock(&self.space)
+                .pending
+                .extend(freed.into_iter().map(|p| (lsn, p)));
+            self.bytes_since_checkpoint
+                .fetch_add(payload.len() as u64, Ordering::Relaxed);
+            last = lsn;
+        }
+        if last + 1 != next {
+            return Err(corrupt(
+                &self.path,
+                format!("the journal's next lsn is {next} but replay ended at lsn {last}"),
+            ));
+        }
+        Ok((tm.finish().0, last))
+    }
+
+    // ----- poison -------------------------------------------------------
+
+    pub(crate) fn check_poison(&self) -> Result<()> {
+        match &*lock(&self.poison) {
+            Some(why) => Err(DbError::Poisoned(Arc::clone(why))),
+            None => Ok(()),
+        }
+    }
+
+    /// Stop accepting writes; wake everyone who waits on the store.
+    pub(crate) fn set_poison(&self, why: &str) -> Arc<str> {
+        let why: Arc<str> = {
+            let mut p = lock(&self.poison);
+            Arc::clone(p.get_or_insert_with(|| why.into()))
+        };
+        drop(lock(&self.view));
+        self.view_cv.notify_all();
+        drop(lock(&self.writer));
+        self.writer_cv.notify_all();
+        self.ckpt_cv.notify_all();
+        why
+    }
+
+    // ----- the writer slot ----------------------------------------------
+
+    /// Take the writer's state, waiting while a write transaction or a
+    /// checkpoint holds it.
+    pub(crate) fn take_writer(&self) -> Result<WriterState> {
+        let mut w = lock(&self.writer);
+        loop {
+            self.check_poison()?;
+            if let Some(state) = w.take() {
+                return Ok(state);
+            }
+            w = self.writer_cv.wait(w).unwrap_or_else(|e| e.into_inner());
+        }
+    }
+
+    pub(crate) fn put_writer(&self, state: WriterState) {
+        *lock(&self.writer) = Some(state);
+        self.writer_cv.notify_one();
+    }
+
+    // ----- readers --------------------------------------------------------
+
+    /// The published snapshot, registered as held until [`Self::unpin`].
+    pub(crate) fn pin(&self) -> (Tree, Lsn) {
+        let mut v = lock(&self.view);
+        let (tree, lsn) = (v.tree.clone(), v.lsn);
+        *v.readers.entry(lsn).or_insert(0) += 1;
+        (tree, lsn)
+    }
+
+    pub(crate) fn unpin(&self, lsn: Lsn) {
+        let mut v = lock(&self.view);
+        if let Some(n) = v.readers.get_mut(&lsn) {
+            *n -= 1;
+            if *n == 0 {
+                v.readers.remove(&lsn);
+            }
+        }
+    }
+
+    /// Make `tree` (the state after `lsn`, now durable) what new readers
+    /// see, unless a later durable state is already published: committers
+    /// may wake out of order, and the published root never moves back.
+    pub(crate) fn publish(&self, lsn: Lsn, tree: Tree) {
+        let mut v = lock(&self.view);
+        if lsn > v.lsn {
+            v.tree = tree;
+            v.lsn = lsn;
+        }
+        drop(v);
+        self.view_cv.notify_all();
+    }
+
+    /// The published LSN.
+    pub(crate) fn published_lsn(&self) -> Lsn {
+        lock(&self.view).lsn
+    }
+
+    /// Wait until the published LSN reaches `lsn` (or the store is
+    /// poisoned).
+    pub(crate) fn wait_published(&self, lsn: Lsn) -> Result<()> {
+        let mut v = lock(&self.view);
+        while v.lsn < lsn {
+            self.check_poison()?;
+            v = self.view_cv.wait(v).unwrap_or_else(|e| e.into_inner());
+        }
+        Ok(())
+    }
+
+    // ----- the commit path ------------------------------------------------
+
+    /// Commit a validated record: submit it, start its write, apply it to
+    /// the writer's tree while the write is in flight, give the writer
+    /// slot back, then wait for durability (or not) and publish.
+    pub(crate) fn commit(
+        self: &Arc<Self>,
+        mut w: WriterState,
+        record: Vec<u8>,
+        ops: &[Op<'_>],
+        durability: Durability,
+    ) -> Result<()> {
+        if let Err(e) = self.check_poison() {
+            self.put_writer(w);
+            return Err(e);
+        }
+        let handle = match self.journal.submit(&record) {
+            Ok(h) => h,
+            Err(e) => {
+                // Nothing was queued, but the journal refuses more.
+                let why = self.set_poison(&format!("the journal refused a record: {e}"));
+                self.put_writer(w);
+                return Err(DbError::Poisoned(why));
+            }
+        };
+        handle.start();
+        let lsn = handle.lsn();
+        let mut tm = w.tree.edit();
+        if let Err(e) = apply(&mut tm, &self.cache, ops) {
+            // The record may reach the disk: recovery applies it again.
+            let why = self.set_poison(&format!("applying lsn {lsn} to the tree failed: {e}"));
+            self.put_writer(w);
+            return Err(DbError::CommitFailed(why));
+        }
+        let (tree, freed) = tm.finish();
+        if !freed.is_empty() {
+            lock(&self.space)
+                .pending
+                .extend(freed.into_iter().map(|p| (lsn, p)));
+        }
+        w.tree = tree.clone();
+        w.last_lsn = lsn;
+        self.put_writer(w);
+        let since = self
+            .bytes_since_checkpoint
+            .fetch_add(record.len() as u64, Ordering::Relaxed)
+            + record.len() as u64;
+        if since >= self.options.checkpoint_journal_bytes {
+            self.request_checkpoint();
+        }
+        self.counters.commits.fetch_add(1, Ordering::Relaxed);
+        match durability {
+            Durability::Immediate => match handle.wait() {
+                Ok(_) => {
+                    self.publish(lsn, tree);
+                    Ok(())
+                }
+                Err(e) => {
+                    let why = self.set_poison(&format!("writing lsn {lsn} failed: {e}"));
+                    Err(DbError::CommitFailed(why))
+                }
+            },
+            Durability::Eventual => {
+                let weak: Weak<Shared> = Arc::downgrade(self);
+                handle.on_durable(move |r| {
+                    if let Some(s) = weak.upgrade() {
+                        match r {
+                            Ok(_) => s.publish(lsn, tree),
+                            Err(e) => {
+                                s.set_poison(&format!("writing lsn {lsn} failed: {e}"));
+                            }
+                        }
+                    }
+                });
+                Ok(())
+            }
+        }
+    }
+
+    // ----- checkpoints ----------------------------------------------------
+
+    pub(crate) fn request_checkpoint(&self) {
+        lock(&self.ckpt).requested = true;
+        self.ckpt_cv.notify_all();
+    }
+
+    /// The background checkpointer: checkpoints when asked (journal bytes
+    /// since the last one) or when the interval passed with commits since.
+    pub(crate) fn run_checkpointer(self: Arc<Self>) {
+        let mut last = Instant::now();
+        loop {
+            let mut c = lock(&self.ckpt);
+            loop {
+                if c.stop {
+                    return;
+                }
+                let due = self
+                    .options
+                    .checkpoint_interval
+                    .is_some_and(|i| last.elapsed() >= i)
+                    && self.bytes_since_checkpoint.load(Ordering::Relaxed) > 0;
+                if c.requested || due {
+                    c.requested = false;
+                    break;
+                }
+                let wait =
+                    self.options
+                        .checkpoint_interval
+                        .map_or(Duration::from_secs(3600), |i| {
+                            i.saturating_sub(last.elapsed())
+                                .max(Duration::from_millis(1))
+                        });
+                c = self
+                    .ckpt_cv
+                    .wait_timeout(c, wait)
+                    .unwrap_or_else(|e| e.into_inner())
+                    .0;
+            }
+            drop(c);
+            last = Instant::now();
+            if self.checkpoint().is_err() {
+                // The checkpoint poisoned the store; writers see why.
+                return;
+            }
+        }
+    }
+
+    pub(crate) fn stop_checkpointer(&self) {
+        lock(&self.ckpt).stop = true;
+        self.ckpt_cv.notify_all();
+    }
+
+    /// Writers wait here while the journal holds too much that no
+    /// checkpoint covers (memory and replay time stay bounded): they run a
+    /// checkpoint themselves.
+    pub(crate) fn backpressure(&self) -> Result<()> {
+        let limit = self.options.backpressure_journal_bytes;
+        if self.bytes_since_checkpoint.load(Ordering::Relaxed) >= limit {
+            self.checkpoint()?;
+        }
+        Ok(())
+    }
+
+    /// Write every change up to the published (durable) LSN to the data
+    /// file and switch the meta page to it; then release the journal up to
+    /// there. Returns the checkpoint's LSN, or `None` when there was
+    /// nothing to do.
+    pub(crate) fn checkpoint(&self) -> Result<Option<Lsn>> {
+        let _one = lock(&self.ckpt_run);
+        self.check_poison()?;
+        let started = Instant::now();
+        // Take the writer slot and wait until everything the writer applied
+        // is durable and published: the checkpoint must cover the writer's
+        // tree exactly. (A checkpoint of an older snapshot would give pages
+        // to nodes the writer has already copied; their pages would never
+        // be reported freed.) No writer copies nodes while pages are given.
+        let w = self.take_writer()?;
+        if let Err(e) = self.wait_published(w.last_lsn) {
+            self.put_writer(w);
+            return Err(e);
+        }
+        let (tree, lsn) = (w.tree.clone(), w.last_lsn);
+        let mut sp = lock(&self.space);
+        if lsn == sp.meta.checkpoint_lsn {
+            drop(sp);
+            self.put_writer(w);
+            return Ok(None);
+        }
+        self.bytes_since_checkpoint.store(0, Ordering::Relaxed);
+        self.reclaim(&mut sp);
+        let mut page_count = sp.meta.page_count;
+        let mut alloc = |sp: &mut Space| -> PageNo {
+            match sp.free.pop_first() {
+                Some(p) => {
+                    self.cache.invalidate(p);
+                    p
+                }
+                None => {
+                    page_count += 1;
+                    page_count - 1
+                }
+            }
+        };
+        let placed = assign_pages(&tree, &mut || alloc(&mut sp));
+        self.put_writer(w);
+        let cp = match placed {
+            Ok(cp) => cp,
+            Err(e) => {
+                let why = self.set_poison(&format!("checkpoint: {e}"));
+                return Err(DbError::Poisoned(why));
+            }
+        };
+        // The new meta's free list: what is free now, what commits up to
+        // `lsn` freed (readers do not survive a restart), and the pages of
+        // the old list. None of these may be reused before the new meta is
+        // durable; the list's own pages come from pages free now.
+        let upper = sp.free.len()
+            + sp.pending.iter().filter(|(l, _)| *l <= lsn).count()
+            + sp.freelist_pages.len();
+        let list_pages: Vec<PageNo> = (0..freelist::pages_needed(self.page_size, upper))
+            .map(|_| alloc(&mut sp))
+            .collect();
+        let mut listed: Vec<PageNo> = sp.free.iter().copied().collect();
+        listed.extend(
+            sp.pending
+                .iter()
+                .filter(|(l, _)| *l <= lsn)
+                .map(|(_, p)| *p),
+        );
+        listed.extend(sp.freelist_pages.iter().copied());
+        listed.sort_unstable();
+        let old_meta = sp.meta;
+        drop(sp);
+        let (list_writes, list_first) =
+            freelist::encode_chain(self.page_size, &list_pages, &listed);
+        let meta = Meta {
+            page_size: self.page_size.bytes() as u32,
+            generation: old_meta.generation + 1,
+            checkpoint_lsn: lsn,
+            root: cp.root.map_or(PageRef::default(), |l| PageRef {
+                page: l.page,
+                crc: l.crc,
+            }),
+            page_count,
+            freelist: list_first.map_or(PageRef::default(), |l| PageRef {
+                page: l.page,
+                crc: l.crc,
+            }),
+            free_pages: listed.len() as u64,
+            journal_id: old_meta.journal_id,
+        };
+        // Pages, then sync, then the meta page, then sync: the meta never
+        // reaches the disk before the pages it refers to.
+        let written = self
+            .write_pages(&cp.pages)
+            .and_then(|_| self.write_pages(&list_writes))
+            .and_then(|_| Ok(self.data.sync(SyncKind::Data)?))
+            .and_then(|_| self.write_meta(&meta));
+        if let Err(e) = written {
+            let why = self.set_poison(&format!("checkpoint at lsn {lsn}: {e}"));
+            return Err(DbError::Poisoned(why));
+        }
+        {
+            let mut sp = lock(&self.space);
+            sp.meta = meta;
+            let old_list = std::mem::replace(&mut sp.freelist_pages, list_pages);
+            // The old list's pages are no tree's: free once the new meta is
+            // durable.
+            sp.free.extend(old_list);
+            self.reclaim(&mut sp);
+        }
+        // Only now may the journal drop what the checkpoint covers.
+        self.journal.release(lsn);
+        for (loc, node) in cp.nodes {
+            self.cache.insert(loc, node);
+        }
+        detach_clean(&tree);
+        let c = &self.counters;
+        c.checkpoints.fetch_add(1, Ordering::Relaxed);
+        c.checkpoint_pages.fetch_add(
+            (cp.pages.len() + list_writes.len()) as u64,
+            Ordering::Relaxed,
+        );
+        c.checkpoint_us
+            .fetch_add(started.elapsed().as_micros() as u64, Ordering::Relaxed);
+        Ok(Some(lsn))
+    }
+
+    /// Move pending pages to free where the rule allows: freed at an LSN the
+    /// durable meta covers, and no reader holds a snapshot older than that.
+    fn reclaim(&self, sp: &mut Space) {
+        let oldest_reader = lock(&self.view)
+            .readers
+            .keys()
+            .next()
+            .copied()
+            .unwrap_or(Lsn::MAX);
+        let limit = sp.meta.checkpoint_lsn.min(oldest_reader);
+        let mut keep = Vec::with_capacity(sp.pending.len());
+        for (l, p) in std::mem::take(&mut sp.pending) {
+            if l <= limit {
+                sp.free.insert(p);
+            } else {
+                keep.push((l, p));
+            }
+        }
+        sp.pending = keep;
+    }
+
+    /// Write whole pages, sorted by page number, a run of consecutive pages
+    /// per system call.
+    fn write_pages(&self, pages: &[(PageNo, Vec<u8>)]) -> Result<()> {
+        let ps = self.page_size.bytes() as u64;
+        let mut i = 0;
+        while i < pages.len() {
+            let mut j = i + 1;
+            while j < pages.len() && pages[j].0 == pages[j - 1].0 + 1 && j - i < 256 {
+                j += 1;
+            }
+            let bufs: Vec<IoSlice<'_>> = pages[i..j].iter().map(|(_, b)| IoSlice::new(b)).collect();
+            self.data.write_vectored_at(&bufs, pages[i].0 * ps)?;
+            i = j;
+        }
+        Ok(())
+    }
+
+    fn write_meta(&self, meta: &Meta) -> Result<()> {
+        let ps = self.page_size.bytes();
+        let mut page = vec![0u8; ps];
+        meta.encode(&mut page);
+        self.data.write_at(&page, meta.slot() * ps as u64)?;
+        self.data.sync(SyncKind::Data)?;
+        Ok(())
+    }
+
+    // ----- inspection -----------------------------------------------------
+
+    /// The durable meta page.
+    pub(crate) fn meta(&self) -> Meta {
+        lock(&self.space).meta
+    }
+
+    /// Free pages now, and pages waiting to be reusable.
+    pub(crate) fn free_counts(&self) -> (u64, u64) {
+        let sp = lock(&self.space);
+        (sp.free.len() as u64, sp.pending.len() as u64)
+    }
+
+    /// Check the durable state on disk (every page the newest meta reaches,
+    /// read from the file; pages accounted for exactly once) and the
+    /// published tree in memory.
+    pub(crate) fn check(&self) -> Result<(TreeStats, TreeStats)> {
+        let _one = lock(&self.ckpt_run);
+        let meta = self.meta();
+        let ps = self.page_size;
+        let fresh = PageCache::new(Arc::clone(&self.data), ps, 1 << 20);
+        let root = (meta.root.page != 0).then_some(Location {
+            page: meta.root.page,
+            crc: meta.root.crc,
+        });
+        let disk = check_tree(&Tree::open(ps, &fresh, root)?, &fresh)?;
+        let (list_pages, free) = read_freelist(self.data.as_ref(), ps, &meta)
+            .map_err(|r| corrupt(&self.path, format!("free list: {r}")))?;
+        if free.len() as u64 != meta.free_pages {
+            return Err(corrupt(
+                &self.path,
+                format!(
+                    "the meta page counts {} free pages but its list holds {}",
+                    meta.free_pages,
+                    free.len()
+                ),
+            ));
+        }
+        let mut owner: BTreeMap<PageNo, &'static str> = BTreeMap::new();
+        let all = disk
+            .pages
+            .iter()
+            .map(|&p| (p, "the tree"))
+            .chain(list_pages.iter().map(|&p| (p, "the free list's pages")))
+            .chain(free.iter().map(|&p| (p, "the free list")));
+        for (p, who) in all {
+            if p < FIRST_TREE_PAGE || p >= meta.page_count {
+                return Err(corrupt(
+                    &self.path,
+                    format!("page {p} ({who}) is outside the file's tree pages"),
+                ));
+            }
+            if let Some(first) = owner.insert(p, who) {
+                return Err(corrupt(
+                    &self.path,
+                    format!("page {p} is used twice: by {first} and by {who}"),
+                ));
+            }
+        }
+        if let Some(p) = (FIRST_TREE_PAGE..meta.page_count).find(|p| !owner.contains_key(p)) {
+            return Err(corrupt(
+                &self.path,
+                format!("page {p} is neither in the tree nor free (leaked)"),
+            ));
+        }
+        let (tree, lsn) = self.pin();
+        let mem = check_tree(&tree, &self.cache);
+        self.unpin(lsn);
+        Ok((disk, mem?))
+    }
+
+    /// The published snapshot's statistics (walks the whole tree).
+    pub(crate) fn tree_stats(&self) -> Result<TreeStats> {
+        let (tree, lsn) = self.pin();
+        let r = check_tree(&tree, &self.cache);
+        self.unpin(lsn);
+        Ok(r?)
+    }
+}
+
+/// Apply a record's changes to a working copy.
+pub(crate) fn apply(tm: &mut TreeMut, src: &PageCache, ops: &[Op<'_>]) -> Result<()> {
+    for op in ops {
+        match *op {
+            Op::Put(k, v) => tm.insert(src, k, v)?,
+            Op::Delete(k) => {
+                tm.remove(src, k)?;
+            }
+            Op::DropTable(id) => {
+                let start = id.to_be_bytes();
+                match id.checked_add(1) {
+                    Some(next) => tm.remove_range(
+                        src,
+                        Bound::Included(&start[..]),
+                        Bound::Excluded(&next.to_be_bytes()[..]),
+                    )?,
+                    None => tm.remove_range(src, Bound::Included(&start[..]), Bound::Unbounded)?,
+                };
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Read the free-list chain of `meta`: its pages, and the pages it lists.
+fn read_freelist(
+    data: &dyn VfsFile,
+    ps: PageSize,
+    meta: &Meta,
+) -> std::result::Result<(Vec<PageNo>, Vec<PageNo>), String> {
+    let mut pages = Vec::new();
+    let mut free = Vec::new();
+    let mut next = (meta.freelist.page != 0).then_some(Location {
+        page: meta.freelist.page,
+        crc: meta.freelist.crc,
+    });
+    let mut buf = vec![0u8; ps.bytes()];
+    while let Some(loc) = next {
+        if pages.len() as u64 >= meta.page_count {
+            return Err("the chain loops".into());
+        }
+        if !(FIRST_TREE_PAGE..meta.page_count).contains(&loc.page) {
+            return Err(format!("page {} is outside the file", loc.page));
+        }
+        data.read_exact_at(&mut buf, loc.page * ps.bytes() as u64)
+            .map_err(|e| e.to_string())?;
+        let p = freelist::decode(&buf, ps, loc, meta.page_count)
+            .map_err(|r| format!("page {}: {r}", loc.page))?;
+        pages.push(loc.page);
+        free.extend(p.free);
+        next = p.next;
+    }
+    Ok((pages, free))
+}

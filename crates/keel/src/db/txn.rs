@@ -1,0 +1,650 @@
+//! Transactions and tables.
+//!
+//! All tables share one B+tree: a table's keys are its 4-byte big-endian id
+//! followed by the user's key, so a table is a contiguous key range. Table
+//! 0 is the catalog: its key `name` maps to the table's id (4 bytes, big
+//! endian), and its empty key holds the next id to give. Ids are never
+//! reused, so a dropped table's keys can never reappear under a new table.
+//!
+//! A write transaction keeps its changes in an ordered overlay over the
+//! writer's tree; its reads merge the two. `commit` turns the overlay into
+//! one journal record (see `record.rs`) and hands it to the commit path.
+
+use std::collections::btree_map;
+use std::collections::BTreeMap;
+use std::iter::Peekable;
+use std::ops::{Bound, Deref, RangeBounds};
+use std::sync::Arc;
+
+use super::error::{DbError, Result};
+use super::record::{self, Op, DELETE_FIXED_BYTES, DROP_BYTES, PUT_FIXED_BYTES, RECORD_TXN};
+use super::store::{Shared, WriterState};
+use super::Durability;
+use crate::btree::{Entry, Range, Tree, MAX_VALUE_BYTES};
+use crate::journal::Lsn;
+
+/// The longest table name, in bytes of UTF-8.
+pub const MAX_TABLE_NAME_BYTES: usize = 255;
+const CATALOG: u32 = 0;
+const PREFIX: usize = 4;
+
+pub(crate) fn max_key_bytes(s: &Shared) -> usize {
+    s.page_size.max_key_bytes() - PREFIX
+}
+
+fn full_key(id: u32, key: &[u8]) -> Vec<u8> {
+    let mut k = Vec::with_capacity(PREFIX + key.len());
+    k.extend_from_slice(&id.to_be_bytes());
+    k.extend_from_slice(key);
+    k
+}
+
+fn check_name(name: &str) -> Result<()> {
+    let reason = if name.is_empty() {
+        "empty"
+    } else if name.len() > MAX_TABLE_NAME_BYTES {
+        "longer than 255 bytes"
+    } else {
+        return Ok(());
+    };
+    Err(DbError::BadTableName {
+        name: name.into(),
+        reason,
+    })
+}
+
+fn decode_id(v: &[u8]) -> Result<u32> {
+    let b: [u8; 4] = v.try_into().map_err(|_| DbError::Corrupt {
+        path: Default::default(),
+        reason: "a catalog entry whose table id is not 4 bytes".into(),
+    })?;
+    Ok(u32::from_be_bytes(b))
+}
+
+/// The full-key bounds of `range` inside table `id`.
+fn table_bounds(id: u32, range: &impl RangeBounds<[u8]>) -> (Bound<Vec<u8>>, Bound<Vec<u8>>) {
+    let start = match range.start_bound() {
+        Bound::Included(k) => Bound::Included(full_key(id, k)),
+        Bound::Excluded(k) => Bound::Excluded(full_key(id, k)),
+        Bound::Unbounded => Bound::Included(full_key(id, &[])),
+    };
+    let end = match range.end_bound() {
+        Bound::Included(k) => Bound::Included(full_key(id, k)),
+        Bound::Excluded(k) => Bound::Excluded(full_key(id, k)),
+        Bound::Unbounded => table_end(id),
+    };
+    (start, end)
+}
+
+fn table_end(id: u32) -> Bound<Vec<u8>> {
+    match id.checked_add(1) {
+        Some(next) => Bound::Excluded(next.to_be_bytes().to_vec()),
+        None => Bound::Unbounded,
+    }
+}
+
+/// The full-key bounds of the keys of table `id` starting with `prefix`.
+fn prefix_bounds(id: u32, prefix: &[u8]) -> (Bound<Vec<u8>>, Bound<Vec<u8>>) {
+    let start = Bound::Included(full_key(id, prefix));
+    // The first key after every key with the prefix: the prefix with its
+    // last byte below 0xff raised by one and the rest cut.
+    let mut p = prefix.to_vec();
+    while let Some(&last) = p.last() {
+        if last < 0xff {
+            *p.last_mut().expect("not empty") += 1;
+            return (start, Bound::Excluded(full_key(id, &p)));
+        }
+        p.pop();
+    }
+    (start, table_end(id))
+}
+
+fn as_ref(b: &Bound<Vec<u8>>) -> Bound<&[u8]> {
+    match b {
+        Bound::Included(k) => Bound::Included(k),
+        Bound::Excluded(k) => Bound::Excluded(k),
+        Bound::Unbounded => Bound::Unbounded,
+    }
+}
+
+/// A value read from the store. Dereferences to its bytes.
+#[derive(Debug, Clone)]
+pub struct Value(ValueInner);
+
+#[derive(Debug, Clone)]
+enum ValueInner {
+    Tree(Entry),
+    Owned(Vec<u8>),
+}
+
+impl Value {
+    /// The value's bytes.
+    pub fn as_bytes(&self) -> &[u8] {
+        match &self.0 {
+            ValueInner::Tree(e) => e.value(),
+            ValueInner::Owned(v) => v,
+        }
+    }
+}
+
+impl Deref for Value {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        self.as_bytes()
+    }
+}
+
+impl AsRef<[u8]> for Value {
+    fn as_ref(&self) -> &[u8] {
+        self.as_bytes()
+    }
+}
+
+/// An entry found by a scan.
+#[derive(Debug, Clone)]
+pub struct KeyValue(KvInner);
+
+#[derive(Debug, Clone)]
+enum KvInner {
+    Tree(Entry),
+    Owned(Vec<u8>, Vec<u8>),
+}
+
+impl KeyValue {
+    /// The key (without the table's prefix).
+    pub fn key(&self) -> &[u8] {
+        match &self.0 {
+            KvInner::Tree(e) => &e.key()[PREFIX..],
+            KvInner::Owned(k, _) => &k[PREFIX..],
+        }
+    }
+    /// The value.
+    pub fn value(&self) -> &[u8] {
+        match &self.0 {
+            KvInner::Tree(e) => e.value(),
+            KvInner::Owned(_, v) => v,
+        }
+    }
+}
+
+type Overlay = BTreeMap<Vec<u8>, Option<Vec<u8>>>;
+type OverlayRange<'a> = Peekable<btree_map::Range<'a, Vec<u8>, Option<Vec<u8>>>>;
+
+/// A scan in key order: the tree's entries, merged with a write
+/// transaction's own changes.
+pub struct Iter<'a> {
+    base: Range<'a>,
+    base_next: Option<Entry>,
+    over: Option<OverlayRange<'a>>,
+    done: bool,
+}
+
+impl Iterator for Iter<'_> {
+    type Item = Result<KeyValue>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        while !self.done {
+            if self.base_next.is_none() {
+                match self.base.next() {
+                    Some(Ok(e)) => self.base_next = Some(e),
+                    Some(Err(e)) => {
+                        self.done = true;
+                        return Some(Err(e.into()));
+                    }
+                    None => {}
+                }
+            }
+            let over = self.over.as_mut().and_then(|o| o.peek());
+            let take_over = match (&self.base_next, over) {
+                (None, None) => {
+                    self.done = true;
+                    return None;
+                }
+                (Some(_), None) => false,
+                (None, Some(_)) => true,
+                (Some(b), Some((k, _))) => match b.key().cmp(k.as_slice()) {
+                    std::cmp::Ordering::Less => false,
+                    std::cmp::Ordering::Equal => {
+                        // The transaction's change replaces the tree's.
+                        self.base_next = None;
+                        true
+                    }
+                    std::cmp::Ordering::Greater => true,
+                },
+            };
+            if !take_over {
+                let e = self.base_next.take().expect("a tree entry");
+                return Some(Ok(KeyValue(KvInner::Tree(e))));
+            }
+            let (k, v) = self
+                .over
+                .as_mut()
+                .and_then(|o| o.next())
+                .expect("an overlay entry");
+            if let Some(v) = v {
+                return Some(Ok(KeyValue(KvInner::Owned(k.clone(), v.clone()))));
+            }
+            // A deletion: skip.
+        }
+        None
+    }
+}
+
+// ----- read transactions ------------------------------------------------
+
+/// A read transaction: a snapshot of the newest durable commit at its
+/// start. Later commits never change what it reads. Holding it a long time
+/// keeps the pages of its snapshot from being reused (the data file grows
+/// meanwhile).
+#[derive(Debug)]
+pub struct ReadTxn {
+    shared: Arc<Shared>,
+    tree: Tree,
+    lsn: Lsn,
+}
+
+impl ReadTxn {
+    pub(crate) fn begin(shared: Arc<Shared>) -> ReadTxn {
+        let (tree, lsn) = shared.pin();
+        ReadTxn { shared, tree, lsn }
+    }
+
+    /// The LSN of the commit this snapshot shows (0 before any).
+    pub fn lsn(&self) -> Lsn {
+        self.lsn
+    }
+
+    fn table_id(&self, name: &str) -> Result<Option<u32>> {
+        check_name(name)?;
+        match self
+            .tree
+            .get(&self.shared.cache, &full_key(CATALOG, name.as_bytes()))?
+        {
+            Some(e) => Ok(Some(decode_id(e.value())?)),
+            None => Ok(None),
+        }
+    }
+
+    /// The table `name`; an error when it does not exist.
+    pub fn open_table(&self, name: &str) -> Result<Table<'_>> {
+        match self.table_id(name)? {
+            Some(id) => Ok(Table { txn: self, id }),
+            None => Err(DbError::NoSuchTable(name.into())),
+        }
+    }
+
+    /// The names of the tables, sorted.
+    pub fn list_tables(&self) -> Result<Vec<String>> {
+        let (s, e) = table_bounds(CATALOG, &(Bound::Excluded(&[][..]), Bound::Unbounded));
+        let it = Iter {
+            base: self.tree.range(&self.shared.cache, as_ref(&s), as_ref(&e)),
+            base_next: None,
+            over: None,
+            done: false,
+        };
+        collect_names(it)
+    }
+}
+
+fn collect_names(it: Iter<'_>) -> Result<Vec<String>> {
+    it.map(|kv| {
+        let kv = kv?;
+        String::from_utf8(kv.key().to_vec()).map_err(|_| DbError::Corrupt {
+            path: Default::default(),
+            reason: "a table name that is not UTF-8".into(),
+        })
+    })
+    .collect()
+}
+
+impl Drop for ReadTxn {
+    fn drop(&mut self) {
+        self.shared.unpin(self.lsn);
+    }
+}
+
+/// A table seen by a read transaction.
+#[derive(Debug, Clone, Copy)]
+pub struct Table<'t> {
+    txn: &'t ReadTxn,
+    id: u32,
+}
+
+impl<'t> Table<'t> {
+    /// The value of `key`, if present.
+    pub fn get(&self, key: impl AsRef<[u8]>) -> Result<Option<Value>> {
+        let t = self.txn;
+        Ok(t.tree
+            .get(&t.shared.cache, &full_key(self.id, key.as_ref()))?
+            .map(|e| Value(ValueInner::Tree(e))))
+    }
+
+    /// The entries with keys in `range`, in key order.
+    pub fn range(&self, range: impl RangeBounds<[u8]>) -> Iter<'t> {
+        let (s, e) = table_bounds(self.id, &range);
+        self.iter_bounds(s, e)
+    }
+
+    /// Every entry, in key order.
+    pub fn iter(&self) -> Iter<'t> {
+        self.range((Bound::<&[u8]>::Unbounded, Bound::<&[u8]>::Unbounded))
+    }
+
+    /// The entries whose keys start with `prefix`, in key order.
+    pub fn prefix(&self, prefix: impl AsRef<[u8]>) -> Iter<'t> {
+        let (s, e) = prefix_bounds(self.id, prefix.as_ref());
+        self.iter_bounds(s, e)
+    }
+
+    fn iter_bounds(&self, s: Bound<Vec<u8>>, e: Bound<Vec<u8>>) -> Iter<'t> {
+        let t = self.txn;
+        Iter {
+            base: t.tree.range(&t.shared.cache, as_ref(&s), as_ref(&e)),
+            base_next: None,
+            over: None,
+            done: false,
+        }
+    }
+}
+
+// ----- write transactions -----------------------------------------------
+
+/// The write transaction: one at a time per store. Its own reads see its
+/// own changes; nothing is visible to others before `commit`. Dropping it
+/// without committing rolls it back.
+pub struct WriteTxn {
+    shared: Arc<Shared>,
+    state: Option<WriterState>,
+    overlay: Overlay,
+    dropped: Vec<u32>,
+    /// Bytes of the journal record the changes make.
+    size: usize,
+    durability: Durability,
+}
+
+impl std::fmt::Debug for WriteTxn {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WriteTxn")
+            .field("changes", &self.overlay.len())
+            .field("record_bytes", &self.size)
+            .finish()
+    }
+}
+
+fn op_bytes(key: &[u8], value: &Option<Vec<u8>>) -> usize {
+    match value {
+        Some(v) => PUT_FIXED_BYTES + key.len() + v.len(),
+        None => DELETE_FIXED_BYTES + key.len(),
+    }
+}
+
+impl WriteTxn {
+    pub(crate) fn begin(shared: Arc<Shared>) -> Result<WriteTxn> {
+        let state = shared.take_writer()?;
+        Ok(WriteTxn {
+            shared,
+            state: Some(state),
+            overlay: BTreeMap::new(),
+            dropped: Vec::new(),
+            size: 1,
+            durability: Durability::default(),
+        })
+    }
+
+    /// What `commit` guarantees (default: [`Durability::Immediate`]).
+    pub fn set_durability(&mut self, durability: Durability) {
+        self.durability = durability;
+    }
+
+    fn tree(&self) -> &Tree {
+        &self.state.as_ref().expect("an open transaction").tree
+    }
+
+    fn max_record(&self) -> usize {
+        self.shared.journal.options().max_record_bytes()
+    }
+
+    /// The value of a full key as this transaction sees it.
+    fn get_full(&self, key: &[u8]) -> Result<Option<Value>> {
+        if let Some(v) = self.overlay.get(key) {
+            return Ok(v.clone().map(|v| Value(ValueInner::Owned(v))));
+        }
+        Ok(self
+            .tree()
+            .get(&self.shared.cache, key)?
+            .map(|e| Value(ValueInner::Tree(e))))
+    }
+
+    /// Record a change to a full key, refusing it if the record would
+    /// outgrow one journal record.
+    fn set_full(&mut self, key: Vec<u8>, value: Option<Vec<u8>>) -> Result<()> {
+        let old = self.overlay.get(&key).map_or(0, |v| op_bytes(&key, v));
+        let size = self.size - old + op_bytes(&key, &value);
+        if size > self.max_record() {
+            return Err(DbError::TransactionTooLarge {
+                len: size,
+                max: self.max_record(),
+            });
+        }
+        self.size = size;
+        self.overlay.insert(key, value);
+        Ok(())
+    }
+
+    /// Remove a full key; returns whether it was present.
+    fn remove_full(&mut self, key: Vec<u8>) -> Result<bool> {
+        let in_tree = self.tree().get(&self.shared.cache, &key)?.is_some();
+        match self.overlay.get(&key) {
+            Some(None) => Ok(false),
+            Some(Some(_)) if !in_tree => {
+                let old = self.overlay.remove(&key).expect("present");
+                self.size -= op_bytes(&key, &old);
+                Ok(true)
+            }
+            Some(Some(_)) => self.set_full(key, None).map(|_| true),
+            None if in_tree => self.set_full(key, None).map(|_| true),
+            None => Ok(false),
+        }
+    }
+
+    fn table_id(&self, name: &str) -> Result<Option<u32>> {
+        check_name(name)?;
+        match self.get_full(&full_key(CATALOG, name.as_bytes()))? {
+            Some(v) => Ok(Some(decode_id(&v)?)),
+            None => Ok(None),
+        }
+    }
+
+    /// The table `name`, created if it does not exist.
+    pub fn open_table(&mut self, name: &str) -> Result<TableMut<'_>> {
+        let id = match self.table_id(name)? {
+            Some(id) => id,
+            None => {
+                let next_key = full_key(CATALOG, &[]);
+                let id = match self.get_full(&next_key)? {
+                    Some(v) => decode_id(&v)?,
+                    None => 1,
+                };
+                let next = id.checked_add(1).ok_or(DbError::BadTableName {
+                    name: name.into(),
+                    reason: "every table id was used",
+                })?;
+                self.set_full(
+                    full_key(CATALOG, name.as_bytes()),
+                    Some(id.to_be_bytes().to_vec()),
+                )?;
+                self.set_full(next_key, Some(next.to_be_bytes().to_vec()))?;
+                id
+            }
+        };
+        Ok(TableMut { txn: self, id })
+    }
+
+    /// The table `name` if it exists (without creating it).
+    pub fn existing_table(&mut self, name: &str) -> Result<Option<TableMut<'_>>> {
+        Ok(self.table_id(name)?.map(|id| TableMut { txn: self, id }))
+    }
+
+    /// Drop the table `name` and all its entries; returns whether it
+    /// existed.
+    pub fn delete_table(&mut self, name: &str) -> Result<bool> {
+        let Some(id) = self.table_id(name)? else {
+            return Ok(false);
+        };
+        let catalog_key = full_key(CATALOG, name.as_bytes());
+        let in_tree = self.tree().get(&self.shared.cache, &catalog_key)?.is_some();
+        if in_tree && self.size + DROP_BYTES > self.max_record() {
+            return Err(DbError::TransactionTooLarge {
+                len: self.size + DROP_BYTES,
+                max: self.max_record(),
+            });
+        }
+        self.remove_full(catalog_key)?;
+        let (s, e) = prefix_bounds(id, &[]);
+        let gone: Vec<Vec<u8>> = self
+            .overlay
+            .range::<[u8], _>((as_ref(&s), as_ref(&e)))
+            .map(|(k, _)| k.clone())
+            .collect();
+        for k in gone {
+            let v = self.overlay.remove(&k).expect("present");
+            self.size -= op_bytes(&k, &v);
+        }
+        if in_tree {
+            self.dropped.push(id);
+            self.size += DROP_BYTES;
+        }
+        Ok(true)
+    }
+
+    /// The names of the tables, sorted (as this transaction sees them).
+    pub fn list_tables(&self) -> Result<Vec<String>> {
+        let (s, e) = table_bounds(CATALOG, &(Bound::Excluded(&[][..]), Bound::Unbounded));
+        collect_names(self.iter_bounds(s, e))
+    }
+
+    fn iter_bounds(&self, s: Bound<Vec<u8>>, e: Bound<Vec<u8>>) -> Iter<'_> {
+        Iter {
+            base: self
+                .tree()
+                .range(&self.shared.cache, as_ref(&s), as_ref(&e)),
+            base_next: None,
+            over: Some(
+                self.overlay
+                    .range::<[u8], _>((as_ref(&s), as_ref(&e)))
+                    .peekable(),
+            ),
+            done: false,
+        }
+    }
+
+    /// Bytes of the journal record this transaction would append.
+    pub fn record_bytes(&self) -> usize {
+        self.size
+    }
+
+    /// Make the changes durable (per the durability level) and visible.
+    /// On an error before the record is handed to the journal, nothing
+    /// happened; after (`CommitFailed`), the store stops accepting writes
+    /// and reopening tells whether the commit is there.
+    pub fn commit(mut self) -> Result<()> {
+        let state = self.state.take().expect("an open transaction");
+        if self.overlay.is_empty() && self.dropped.is_empty() {
+            self.shared.put_writer(state);
+            return Ok(());
+        }
+        let mut rec = Vec::with_capacity(self.size);
+        rec.push(RECORD_TXN);
+        let mut ops = Vec::with_capacity(self.dropped.len() + self.overlay.len());
+        ops.extend(self.dropped.iter().map(|&id| Op::DropTable(id)));
+        ops.extend(self.overlay.iter().map(|(k, v)| match v {
+            Some(v) => Op::Put(k, v),
+            None => Op::Delete(k),
+        }));
+        for op in &ops {
+            record::push(&mut rec, *op);
+        }
+        debug_assert_eq!(rec.len(), self.size);
+        if rec.len() > self.max_record() {
+            // Checked at every change; kept as the last word before submit.
+            self.shared.put_writer(state);
+            return Err(DbError::TransactionTooLarge {
+                len: rec.len(),
+                max: self.max_record(),
+            });
+        }
+        self.shared.commit(state, rec, &ops, self.durability)
+    }
+
+    /// Discard the changes (as dropping does).
+    pub fn abort(self) {}
+}
+
+impl Drop for WriteTxn {
+    fn drop(&mut self) {
+        if let Some(state) = self.state.take() {
+            self.shared.put_writer(state);
+        }
+    }
+}
+
+/// A table inside a write transaction.
+pub struct TableMut<'t> {
+    txn: &'t mut WriteTxn,
+    id: u32,
+}
+
+impl TableMut<'_> {
+    fn key(&self, key: &[u8]) -> Result<Vec<u8>> {
+        let max = max_key_bytes(&self.txn.shared);
+        if key.len() > max {
+            return Err(DbError::KeyTooLong {
+                len: key.len(),
+                max,
+            });
+        }
+        Ok(full_key(self.id, key))
+    }
+
+    /// Insert `key` with `value`, replacing any value it had.
+    pub fn insert(&mut self, key: impl AsRef<[u8]>, value: impl AsRef<[u8]>) -> Result<()> {
+        let key = self.key(key.as_ref())?;
+        let value = value.as_ref();
+        if value.len() as u64 > MAX_VALUE_BYTES {
+            return Err(DbError::ValueTooLong {
+                len: value.len() as u64,
+                max: MAX_VALUE_BYTES,
+            });
+        }
+        self.txn.set_full(key, Some(value.to_vec()))
+    }
+
+    /// The value of `key`, with this transaction's changes.
+    pub fn get(&self, key: impl AsRef<[u8]>) -> Result<Option<Value>> {
+        let key = self.key(key.as_ref())?;
+        self.txn.get_full(&key)
+    }
+
+    /// Remove `key`; returns whether it was present.
+    pub fn remove(&mut self, key: impl AsRef<[u8]>) -> Result<bool> {
+        let key = self.key(key.as_ref())?;
+        self.txn.remove_full(key)
+    }
+
+    /// The entries with keys in `range`, in key order.
+    pub fn range(&self, range: impl RangeBounds<[u8]>) -> Iter<'_> {
+        let (s, e) = table_bounds(self.id, &range);
+        self.txn.iter_bounds(s, e)
+    }
+
+    /// Every entry, in key order.
+    pub fn iter(&self) -> Iter<'_> {
+        self.range((Bound::<&[u8]>::Unbounded, Bound::<&[u8]>::Unbounded))
+    }
+
+    /// The entries whose keys start with `prefix`, in key order.
+    pub fn prefix(&self, prefix: impl AsRef<[u8]>) -> Iter<'_> {
+        let (s, e) = prefix_bounds(self.id, prefix.as_ref());
+        self.txn.iter_bounds(s, e)
+    }
+}
