@@ -8,7 +8,7 @@ use std::io::IoSlice;
 use std::ops::Bound;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard, Weak};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use super::error::{DbError, Result};
@@ -54,6 +54,40 @@ struct View {
     readers: BTreeMap<Lsn, usize>,
 }
 
+/// The published view and the poison.
+#[derive(Debug)]
+struct Published {
+    view: Mutex<View>,
+    view_cv: Condvar,
+    poison: Mutex<Option<Arc<str>>>,
+}
+
+impl Published {
+    /// Make `tree` (the state after `lsn`, now durable) what new readers
+    /// see, unless a later durable state is already published: committers
+    /// may wake out of order, and the published root never moves back.
+    fn publish(&self, lsn: Lsn, tree: Tree) {
+        let mut v = lock(&self.view);
+        if lsn > v.lsn {
+            v.tree = tree;
+            v.lsn = lsn;
+        }
+        drop(v);
+        self.view_cv.notify_all();
+    }
+
+    /// Record the first failure; wake whoever waits for publication.
+    fn set_poison(&self, why: &str) -> Arc<str> {
+        let why: Arc<str> = {
+            let mut p = lock(&self.poison);
+            Arc::clone(p.get_or_insert_with(|| why.into()))
+        };
+        drop(lock(&self.view));
+        self.view_cv.notify_all();
+        why
+    }
+}
+
 /// The data file's pages: the durable meta, which pages are free, and which
 /// were freed by commits but may not be reused yet.
 #[derive(Debug)]
@@ -95,8 +129,10 @@ pub(crate) struct Shared {
     /// for its whole life: `None` while taken.
     writer: Mutex<Option<WriterState>>,
     writer_cv: Condvar,
-    view: Mutex<View>,
-    view_cv: Condvar,
+    /// What readers see, and the poison: shared with journal callbacks
+    /// (which must not hold the store itself: the last reference dropped
+    /// on a journal thread would join that thread).
+    published: Arc<Published>,
     space: Mutex<Space>,
     /// One checkpoint at a time.
     ckpt_run: Mutex<()>,
@@ -104,7 +140,6 @@ pub(crate) struct Shared {
     ckpt_cv: Condvar,
     /// Record bytes committed since the last checkpoint started.
     pub bytes_since_checkpoint: AtomicU64,
-    poison: Mutex<Option<Arc<str>>>,
     pub counters: Counters,
     _lock: Box<dyn LockGuard>,
 }
@@ -314,25 +349,27 @@ impl Shared {
             journal,
             writer: Mutex::new(None),
             writer_cv: Condvar::new(),
-            view: Mutex::new(View {
-                tree: tree.clone(),
-                lsn: meta.checkpoint_lsn,
-                readers: BTreeMap::new(),
+            published: Arc::new(Published {
+                view: Mutex::new(View {
+                    tree: tree.clone(),
+                    lsn: meta.checkpoint_lsn,
+                    readers: BTreeMap::new(),
+                }),
+                view_cv: Condvar::new(),
+                poison: Mutex::new(None),
             }),
-            view_cv: Condvar::new(),
             space: Mutex::new(space),
             ckpt_run: Mutex::new(()),
             ckpt: Mutex::new(CkptCtl::default()),
             ckpt_cv: Condvar::new(),
             bytes_since_checkpoint: AtomicU64::new(0),
-            poison: Mutex::new(None),
             counters: Counters::default(),
             options,
             _lock: guard,
         };
         let (tree, last) = shared.replay(tree, meta.checkpoint_lsn)?;
         {
-            let mut v = lock(&shared.view);
+            let mut v = lock(&shared.published.view);
             v.tree = tree.clone();
             v.lsn = last;
         }
@@ -396,7 +433,7 @@ impl Shared {
     // ----- poison -------------------------------------------------------
 
     pub(crate) fn check_poison(&self) -> Result<()> {
-        match &*lock(&self.poison) {
+        match &*lock(&self.published.poison) {
             Some(why) => Err(DbError::Poisoned(Arc::clone(why))),
             None => Ok(()),
         }
@@ -404,12 +441,7 @@ impl Shared {
 
     /// Stop accepting writes; wake everyone who waits on the store.
     pub(crate) fn set_poison(&self, why: &str) -> Arc<str> {
-        let why: Arc<str> = {
-            let mut p = lock(&self.poison);
-            Arc::clone(p.get_or_insert_with(|| why.into()))
-        };
-        drop(lock(&self.view));
-        self.view_cv.notify_all();
+        let why = self.published.set_poison(why);
         drop(lock(&self.writer));
         self.writer_cv.notify_all();
         self.ckpt_cv.notify_all();
@@ -440,14 +472,14 @@ impl Shared {
 
     /// The published snapshot, registered as held until [`Self::unpin`].
     pub(crate) fn pin(&self) -> (Tree, Lsn) {
-        let mut v = lock(&self.view);
+        let mut v = lock(&self.published.view);
         let (tree, lsn) = (v.tree.clone(), v.lsn);
         *v.readers.entry(lsn).or_insert(0) += 1;
         (tree, lsn)
     }
 
     pub(crate) fn unpin(&self, lsn: Lsn) {
-        let mut v = lock(&self.view);
+        let mut v = lock(&self.published.view);
         if let Some(n) = v.readers.get_mut(&lsn) {
             *n -= 1;
             if *n == 0 {
@@ -457,30 +489,27 @@ impl Shared {
     }
 
     /// Make `tree` (the state after `lsn`, now durable) what new readers
-    /// see, unless a later durable state is already published: committers
-    /// may wake out of order, and the published root never moves back.
+    /// see; see [`Published::publish`].
     pub(crate) fn publish(&self, lsn: Lsn, tree: Tree) {
-        let mut v = lock(&self.view);
-        if lsn > v.lsn {
-            v.tree = tree;
-            v.lsn = lsn;
-        }
-        drop(v);
-        self.view_cv.notify_all();
+        self.published.publish(lsn, tree)
     }
 
     /// The published LSN.
     pub(crate) fn published_lsn(&self) -> Lsn {
-        lock(&self.view).lsn
+        lock(&self.published.view).lsn
     }
 
     /// Wait until the published LSN reaches `lsn` (or the store is
     /// poisoned).
     pub(crate) fn wait_published(&self, lsn: Lsn) -> Result<()> {
-        let mut v = lock(&self.view);
+        let mut v = lock(&self.published.view);
         while v.lsn < lsn {
             self.check_poison()?;
-            v = self.view_cv.wait(v).unwrap_or_else(|e| e.into_inner());
+            v = self
+                .published
+                .view_cv
+                .wait(v)
+                .unwrap_or_else(|e| e.into_inner());
         }
         Ok(())
     }
@@ -548,15 +577,11 @@ impl Shared {
                 }
             },
             Durability::Eventual => {
-                let weak: Weak<Shared> = Arc::downgrade(self);
-                handle.on_durable(move |r| {
-                    if let Some(s) = weak.upgrade() {
-                        match r {
-                            Ok(_) => s.publish(lsn, tree),
-                            Err(e) => {
-                                s.set_poison(&format!("writing lsn {lsn} failed: {e}"));
-                            }
-                        }
+                let published = Arc::clone(&self.published);
+                handle.on_durable(move |r| match r {
+                    Ok(_) => published.publish(lsn, tree),
+                    Err(e) => {
+                        published.set_poison(&format!("writing lsn {lsn} failed: {e}"));
                     }
                 });
                 Ok(())
@@ -756,7 +781,7 @@ impl Shared {
     /// Move pending pages to free where the rule allows: freed at an LSN the
     /// durable meta covers, and no reader holds a snapshot older than that.
     fn reclaim(&self, sp: &mut Space) {
-        let oldest_reader = lock(&self.view)
+        let oldest_reader = lock(&self.published.view)
             .readers
             .keys()
             .next()

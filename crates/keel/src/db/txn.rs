@@ -544,13 +544,23 @@ impl WriteTxn {
     }
 
     /// Make the changes durable (per the durability level) and visible.
+    /// With [`Durability::Immediate`], every earlier commit is durable and
+    /// visible to new readers too when this returns, even if this
+    /// transaction changed nothing.
     /// On an error before the record is handed to the journal, nothing
     /// happened; after (`CommitFailed`), the store stops accepting writes
     /// and reopening tells whether the commit is there.
     pub fn commit(mut self) -> Result<()> {
         let state = self.state.take().expect("an open transaction");
         if self.overlay.is_empty() && self.dropped.is_empty() {
+            // Nothing to write; but `Immediate` still means that every
+            // earlier commit (an `Eventual` one too) is durable and
+            // visible when this returns.
+            let last = state.last_lsn;
             self.shared.put_writer(state);
+            if self.durability == Durability::Immediate {
+                self.shared.wait_published(last)?;
+            }
             return Ok(());
         }
         let mut rec = Vec::with_capacity(self.size);

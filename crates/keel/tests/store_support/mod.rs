@@ -1,0 +1,219 @@
+//! A seeded random workload on the store and the model it must equal: a
+//! map of tables to ordered maps. Shared by the model test and the crash
+//! campaign.
+//!
+//! Keys are long (up to ~900 bytes) so that a few hundred entries make a
+//! tree of depth 3 with 4 KiB pages; some values go to overflow pages.
+#![allow(dead_code)]
+
+use std::collections::BTreeMap;
+use std::ops::Bound;
+use std::path::Path;
+use std::sync::Arc;
+
+use keel::db::{Builder, Database, DbError, Durability, ReadTxn};
+use keel::io::Vfs;
+use keel::journal::JournalOptions;
+use rand::rngs::SmallRng;
+use rand::Rng;
+
+pub type Tables = BTreeMap<String, BTreeMap<Vec<u8>, Vec<u8>>>;
+
+pub const TABLES: [&str; 4] = ["alpha", "beta", "gamma", "delta"];
+
+/// Options for tests: small journal segments (so checkpoints recycle
+/// them), no background thread (checkpoints come from the workload).
+pub fn builder(vfs: Arc<dyn Vfs>) -> Builder {
+    Database::builder()
+        .vfs(vfs)
+        .journal(JournalOptions {
+            segment_size_bytes: 64 << 10,
+            ..JournalOptions::default()
+        })
+        .cache_bytes(256 << 10)
+        .background_checkpoints(false)
+        .backpressure_journal_bytes(1 << 20)
+}
+
+/// Key number `n`: filler of a length derived from `n`, then six digits.
+/// Keys of one length share their filler, so the separators between them
+/// are long and branches hold few children.
+pub fn key(n: u32) -> Vec<u8> {
+    let len = match n % 7 {
+        0 => 0,
+        1 | 2 => 34,
+        3 => 300,
+        _ => 400 + (n as usize * 37) % 500,
+    };
+    let mut k = vec![b'k'; len];
+    k.extend_from_slice(format!("{n:06}").as_bytes());
+    k
+}
+
+pub fn value(rng: &mut SmallRng) -> Vec<u8> {
+    let len = match rng.random_range(0..20) {
+        0 => rng.random_range(1100..9000), // overflow pages
+        1 => 0,
+        _ => rng.random_range(1..120),
+    };
+    let b: u8 = rng.random();
+    (0..len).map(|i| b.wrapping_add(i as u8)).collect()
+}
+
+/// Read every table of a snapshot.
+pub fn dump(r: &ReadTxn) -> Result<Tables, DbError> {
+    let mut out = Tables::new();
+    for name in r.list_tables()? {
+        let t = r.open_table(&name)?;
+        let mut m = BTreeMap::new();
+        for kv in t.iter() {
+            let kv = kv?;
+            m.insert(kv.key().to_vec(), kv.value().to_vec());
+        }
+        out.insert(name, m);
+    }
+    Ok(out)
+}
+
+/// Describe how two states differ (first difference).
+pub fn diff(got: &Tables, want: &Tables) -> String {
+    let names = |t: &Tables| t.keys().cloned().collect::<Vec<_>>();
+    if names(got) != names(want) {
+        return format!("tables {:?}, model {:?}", names(got), names(want));
+    }
+    for (name, g) in got {
+        let w = &want[name];
+        if g.len() != w.len() {
+            return format!("table {name}: {} entries, model {}", g.len(), w.len());
+        }
+        for ((gk, gv), (wk, wv)) in g.iter().zip(w) {
+            if gk != wk || gv != wv {
+                return format!(
+                    "table {name}: key {:?} (len {}) vs model {:?} (len {})",
+                    String::from_utf8_lossy(&gk[gk.len().saturating_sub(6)..]),
+                    gv.len(),
+                    String::from_utf8_lossy(&wk[wk.len().saturating_sub(6)..]),
+                    wv.len()
+                );
+            }
+        }
+    }
+    "equal".into()
+}
+
+/// What one transaction did.
+pub enum Outcome {
+    /// Committed (acknowledged) with this resulting state.
+    Committed(Tables),
+    /// Rolled back on purpose.
+    Aborted,
+    /// Failed before its record was submitted: nothing happened.
+    Refused,
+    /// Failed after submit (or the store was down): the state is either
+    /// the old one or this one.
+    InDoubt(Tables),
+}
+
+/// Run one random transaction against `db`, starting from `model` (the
+/// writer's view), checking its own reads against the model as it goes.
+pub fn random_txn(
+    db: &Database,
+    model: &Tables,
+    rng: &mut SmallRng,
+    key_space: u32,
+    durability: Durability,
+) -> Result<Outcome, String> {
+    let mut m = model.clone();
+    let mut w = match db.begin_write() {
+        Ok(w) => w,
+        Err(_) => return Ok(Outcome::Refused),
+    };
+    w.set_durability(durability);
+    let n_ops = if rng.random_ratio(1, 10) {
+        rng.random_range(20..80)
+    } else {
+        rng.random_range(1..8)
+    };
+    for _ in 0..n_ops {
+        let name = TABLES[rng.random_range(0..TABLES.len())];
+        if rng.random_ratio(1, 150) {
+            let existed = w.delete_table(name).map_err(|e| e.to_string())?;
+            if existed != m.remove(name).is_some() {
+                return Err(format!(
+                    "delete_table {name}: {existed} disagrees with model"
+                ));
+            }
+            continue;
+        }
+        let mt = m.entry(name.to_string()).or_default();
+        let mut t = w.open_table(name).map_err(|e| e.to_string())?;
+        let k = key(rng.random_range(0..key_space));
+        match rng.random_range(0..10) {
+            0..=5 => {
+                let v = value(rng);
+                t.insert(&k, &v).map_err(|e| e.to_string())?;
+                mt.insert(k, v);
+            }
+            6 | 7 => {
+                let had = t.remove(&k).map_err(|e| e.to_string())?;
+                if had != mt.remove(&k).is_some() {
+                    return Err("remove disagrees with the model".into());
+                }
+            }
+            8 => {
+                let got = t.get(&k).map_err(|e| e.to_string())?.map(|v| v.to_vec());
+                if got.as_ref() != mt.get(&k) {
+                    return Err("own read disagrees with the model".into());
+                }
+            }
+            _ => {
+                // A range or prefix scan of the transaction's own view.
+                let a = key(rng.random_range(0..key_space));
+                let (got, want): (Vec<Vec<u8>>, Vec<Vec<u8>>) = if rng.random() {
+                    let p = &a[..a.len().saturating_sub(4)];
+                    (
+                        t.prefix(p)
+                            .map(|kv| kv.map(|kv| kv.key().to_vec()))
+                            .collect::<Result<_, _>>()
+                            .map_err(|e| e.to_string())?,
+                        mt.keys().filter(|x| x.starts_with(p)).cloned().collect(),
+                    )
+                } else {
+                    let r = (Bound::Included(&a[..]), Bound::Unbounded);
+                    (
+                        t.range(r)
+                            .take(20)
+                            .map(|kv| kv.map(|kv| kv.key().to_vec()))
+                            .collect::<Result<_, _>>()
+                            .map_err(|e| e.to_string())?,
+                        mt.range::<[u8], _>(r)
+                            .take(20)
+                            .map(|(k, _)| k.clone())
+                            .collect(),
+                    )
+                };
+                if got != want {
+                    return Err(format!(
+                        "scan disagrees with the model ({} vs {} keys)",
+                        got.len(),
+                        want.len()
+                    ));
+                }
+            }
+        }
+    }
+    if rng.random_ratio(1, 12) {
+        w.abort();
+        return Ok(Outcome::Aborted);
+    }
+    match w.commit() {
+        Ok(()) => Ok(Outcome::Committed(m)),
+        Err(DbError::TransactionTooLarge { .. }) => Ok(Outcome::Refused),
+        Err(_) => Ok(Outcome::InDoubt(m)),
+    }
+}
+
+/// Open (or create) the store in `dir`.
+pub fn open(vfs: &Arc<dyn Vfs>, dir: &Path) -> Result<Database, DbError> {
+    builder(Arc::clone(vfs)).create(dir)
+}
