@@ -291,6 +291,14 @@ impl Shared {
         let vfs = Arc::clone(&options.vfs);
         let path = dir.join(DATA_FILE);
         let data = vfs.open(&path, OpenOptions::new(OpenMode::Buffered))?;
+        // Read what the disk holds, and make it durable before trusting
+        // it: after a process crash the page cache may hold a meta page
+        // (or pages) whose write was never synced — adopting it and then
+        // reusing the pages the older meta refers to would leave nothing
+        // valid after a power cut. After a failed sync, pages that never
+        // reached the disk may read back as written until evicted.
+        data.evict_clean_pages()?;
+        data.sync(SyncKind::Data)?;
         let (a, b) = read_metas(data.as_ref())?;
         let (meta, _other) = meta::choose(&a, &b).map_err(|[e0, e1]| {
             corrupt(

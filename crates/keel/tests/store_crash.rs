@@ -1,0 +1,291 @@
+//! Crash campaign of the store on the fault-injecting file layer.
+//!
+//! Each seed runs several rounds: open (recover; sometimes with a crash
+//! point inside recovery, then again) → check → random transactions and
+//! checkpoints while a crash point waits somewhere in the sequence of file
+//! operations (or a sync fails with EIO) → crash (power loss or process)
+//! → next round. After every open the store must equal the model as of
+//! the last acknowledged commit, or of the one commit in flight at the
+//! crash — whole, never partial — and `check` must find every page
+//! accounted for.
+//!
+//! Crash points are counted by where they stopped the store (phase) and
+//! printed. `KEEL_STORE_CRASH_SEEDS=N` runs N seeds (default: the CI
+//! amount); `KEEL_STORE_CRASH_SEED=S` replays one seed (the journal's
+//! threads make the order of file operations vary a little between runs).
+
+mod store_support;
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::Arc;
+
+use keel::db::{Database, Durability, DATA_FILE};
+use keel::io::{CrashMode, OpKind, SimVfs, Vfs};
+use rand::rngs::SmallRng;
+use rand::{Rng, SeedableRng};
+use store_support::*;
+
+const ROUNDS_PER_SEED: usize = 5;
+const CI_SEEDS: u64 = 2200;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+enum Phase {
+    /// A commit's journal write or sync.
+    Commit,
+    /// A journal segment being created or recycled (any time).
+    SegmentRecycle,
+    /// A checkpoint writing tree and free-list pages, or syncing the data
+    /// file.
+    CheckpointPages,
+    /// A checkpoint writing the meta page.
+    MetaSwitch,
+    /// Recovery at open.
+    Recovery,
+    /// After the workload (nothing in flight).
+    EndOfRound,
+}
+
+#[derive(Default, Debug)]
+struct Counts {
+    phases: BTreeMap<Phase, u64>,
+    rounds: u64,
+    power: u64,
+    process: u64,
+    failed_syncs: u64,
+    in_doubt_applied: u64,
+    in_doubt_dropped: u64,
+    max_depth: usize,
+    checkpoints: u64,
+}
+
+enum Stop {
+    Crashed,
+    Done,
+}
+
+/// Where the crash point stopped the store, from the operation it hit.
+fn classify(sim: &SimVfs, during_checkpoint: bool, page_bytes: u64) -> Phase {
+    let Some(op) = sim.crash_op() else {
+        return Phase::EndOfRound;
+    };
+    let path = op.path.to_string_lossy();
+    let in_journal = path.contains("/journal");
+    // Segment preparation: renaming a released segment, creating one,
+    // sizing it, writing its header (block 0: appends never write there),
+    // syncing the directory.
+    let preparing = matches!(
+        op.op,
+        "rename" | "create" | "fallocate" | "truncate" | "remove" | "fsync directory"
+    ) || op.offset == Some(0);
+    if in_journal && preparing {
+        return Phase::SegmentRecycle;
+    }
+    if path.ends_with(DATA_FILE) {
+        // The meta pages are pages 0 and 1 (syncs count as page work).
+        return match op.offset {
+            Some(o) if o < 2 * page_bytes => Phase::MetaSwitch,
+            _ => Phase::CheckpointPages,
+        };
+    }
+    if during_checkpoint {
+        // The journal release (and what it sets off) inside a checkpoint.
+        return Phase::SegmentRecycle;
+    }
+    Phase::Commit
+}
+
+/// Verify the reopened store against the model; returns the model to go on
+/// with.
+fn verify(
+    db: &Database,
+    acked: Tables,
+    in_doubt: Option<Tables>,
+    c: &mut Counts,
+) -> Result<Tables, String> {
+    let got = dump(&db.begin_read()).map_err(|e| format!("read after open: {e}"))?;
+    db.check().map_err(|e| format!("check after open: {e}"))?;
+    if got == acked {
+        if in_doubt.is_some() {
+            c.in_doubt_dropped += 1;
+        }
+        return Ok(acked);
+    }
+    if let Some(m) = in_doubt {
+        if got == m {
+            c.in_doubt_applied += 1;
+            return Ok(m);
+        }
+        return Err(format!(
+            "the store equals neither the acknowledged state ({}) nor the one in flight ({})",
+            diff(&got, &acked),
+            diff(&got, &m)
+        ));
+    }
+    Err(format!(
+        "lost or changed acknowledged data: {}",
+        diff(&got, &acked)
+    ))
+}
+
+fn run_seed(seed: u64, c: &mut Counts) -> Result<(), String> {
+    let mut rng = SmallRng::seed_from_u64(seed);
+    let sim = SimVfs::new(seed);
+    let vfs: Arc<dyn Vfs> = sim.clone();
+    let dir = Path::new("/store");
+    let key_space = rng.random_range(100..700);
+    let mut acked = Tables::new();
+    let mut in_doubt: Option<Tables> = None;
+    for round in 0..ROUNDS_PER_SEED {
+        // A crash inside recovery, then the real open.
+        if round > 0 && rng.random_ratio(1, 3) {
+            sim.crash_after_ops(rng.random_range(0..30));
+            let opened = open(&vfs, dir);
+            if sim.is_down() {
+                drop(opened);
+                *c.phases.entry(Phase::Recovery).or_default() += 1;
+                sim.crash(if rng.random() {
+                    CrashMode::PowerLoss
+                } else {
+                    CrashMode::Process
+                });
+            } else {
+                let db = opened.map_err(|e| format!("round {round}: open: {e}"))?;
+                drop(db);
+                sim.crash(CrashMode::Process);
+            }
+        }
+        let db = open(&vfs, dir).map_err(|e| format!("round {round}: open: {e}"))?;
+        acked =
+            verify(&db, acked, in_doubt.take(), c).map_err(|e| format!("round {round}: {e}"))?;
+        c.rounds += 1;
+
+        // The workload, with a crash point (or a failing sync) armed.
+        let page_bytes = db.stats().page_size as u64;
+        let targeted = rng.random_ratio(1, 3);
+        let fail_sync = rng.random_ratio(1, 10);
+        if fail_sync {
+            sim.fail_after(OpKind::Sync, rng.random_range(0..12), libc::EIO);
+        }
+        if !targeted {
+            sim.crash_after_ops(rng.random_range(0..120));
+        }
+        let txns = rng.random_range(5..40);
+        let mut during_checkpoint = false;
+        // File operations the last checkpoint took: targeted crash points
+        // aim at the end of the next one, where the meta switch is.
+        let mut last_ckpt_ops = 8u64;
+        let mut stop = Stop::Done;
+        for _ in 0..txns {
+            match random_txn(&db, &acked, &mut rng, key_space, Durability::Immediate)? {
+                Outcome::Committed(m) => acked = m,
+                Outcome::Aborted | Outcome::Refused => {}
+                Outcome::InDoubt(m) => {
+                    in_doubt = Some(m);
+                    stop = Stop::Crashed;
+                    break;
+                }
+            }
+            if sim.is_down() {
+                stop = Stop::Crashed;
+                break;
+            }
+            if rng.random_ratio(1, 4) {
+                if targeted {
+                    let n = if rng.random() {
+                        last_ckpt_ops.saturating_sub(rng.random_range(1..5))
+                    } else {
+                        rng.random_range(0..=last_ckpt_ops)
+                    };
+                    sim.crash_after_ops(n);
+                }
+                during_checkpoint = true;
+                let ops_before = sim.op_count();
+                let r = db.checkpoint();
+                if sim.is_down() || r.is_err() {
+                    stop = Stop::Crashed;
+                    break;
+                }
+                during_checkpoint = false;
+                last_ckpt_ops = (sim.op_count() - ops_before).max(2);
+                if targeted {
+                    sim.crash_after_ops(u64::MAX);
+                }
+            }
+        }
+        if let Ok(t) = db.tree_stats() {
+            c.max_depth = c.max_depth.max(t.depth);
+        }
+        c.checkpoints += db.stats().checkpoints;
+        if matches!(stop, Stop::Crashed) && !sim.is_down() {
+            // A failed sync stopped the store (fail-stop), not a crash.
+            c.failed_syncs += 1;
+        }
+        let phase = match stop {
+            Stop::Crashed if sim.is_down() => classify(&sim, during_checkpoint, page_bytes),
+            // A failed sync poisoned the store: the crash comes after.
+            Stop::Crashed => Phase::Commit,
+            Stop::Done => Phase::EndOfRound,
+        };
+        *c.phases.entry(phase).or_default() += 1;
+        // Stop the world at once: nothing more reaches the file layer.
+        sim.crash_after_ops(0);
+        drop(db);
+        if rng.random() {
+            c.power += 1;
+            sim.crash(CrashMode::PowerLoss);
+        } else {
+            c.process += 1;
+            sim.crash(CrashMode::Process);
+        }
+    }
+    // The last round's crash, recovered and checked.
+    let db = open(&vfs, dir).map_err(|e| format!("final open: {e}"))?;
+    verify(&db, acked, in_doubt, c).map_err(|e| format!("final: {e}"))?;
+    Ok(())
+}
+
+#[test]
+fn store_survives_crashes() {
+    let seeds: Vec<u64> = match std::env::var("KEEL_STORE_CRASH_SEED") {
+        Ok(s) => vec![s.parse().expect("KEEL_STORE_CRASH_SEED is a number")],
+        Err(_) => {
+            let n = std::env::var("KEEL_STORE_CRASH_SEEDS")
+                .ok()
+                .and_then(|s| s.parse().ok())
+                .unwrap_or(CI_SEEDS);
+            (0..n).collect()
+        }
+    };
+    let started = std::time::Instant::now();
+    let mut c = Counts::default();
+    for &seed in &seeds {
+        if let Err(e) = run_seed(seed, &mut c) {
+            panic!(
+                "seed {seed}: {e}  (replay: KEEL_STORE_CRASH_SEED={seed} cargo test --release --test store_crash)"
+            );
+        }
+    }
+    let total: u64 = c.phases.values().sum();
+    println!(
+        "store crash campaign: {} seeds, {total} crash points in {:.1} s; by phase {:?}; {c:?}",
+        seeds.len(),
+        started.elapsed().as_secs_f64(),
+        c.phases
+    );
+    if seeds.len() as u64 >= CI_SEEDS {
+        assert!(total >= 10_000, "{total} crash points");
+        for p in [
+            Phase::Commit,
+            Phase::SegmentRecycle,
+            Phase::CheckpointPages,
+            Phase::MetaSwitch,
+            Phase::Recovery,
+        ] {
+            let n = c.phases.get(&p).copied().unwrap_or(0);
+            assert!(n >= 500, "only {n} crash points in {p:?}: {:?}", c.phases);
+        }
+        assert!(c.max_depth >= 3, "{c:?}");
+        assert!(c.in_doubt_applied > 0 && c.in_doubt_dropped > 0, "{c:?}");
+    }
+}
