@@ -52,3 +52,69 @@ fn commit_reopen_checkpoint_and_reopen() {
     assert_eq!(get(&db, "a", b"k2"), Some(vec![7u8; 10_000]));
     db.check().unwrap();
 }
+
+/// Readers see only durable commits: a commit whose journal write fails is
+/// never visible, even one not waited for (`Eventual`).
+#[test]
+fn a_reader_never_sees_a_commit_that_is_not_durable() {
+    let vfs = SimVfs::new(2);
+    let dir = Path::new("/s");
+    let db = builder(&vfs).create(dir).unwrap();
+    let mut w = db.begin_write().unwrap();
+    w.open_table("t").unwrap().insert(b"a", b"1").unwrap();
+    w.commit().unwrap();
+    // The next journal write fails.
+    vfs.fail_after(crate::io::OpKind::Write, 0, libc::EIO);
+    let mut w = db.begin_write().unwrap();
+    w.set_durability(Durability::Eventual);
+    w.open_table("t").unwrap().insert(b"b", b"2").unwrap();
+    let _ = w.commit();
+    for _ in 0..100 {
+        assert_eq!(get(&db, "t", b"b"), None, "a failed commit became visible");
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+    assert_eq!(get(&db, "t", b"a").as_deref(), Some(&b"1"[..]));
+    // The store stopped accepting writes.
+    assert!(matches!(db.begin_write(), Err(DbError::Poisoned(_))));
+    drop(db);
+    vfs.crash(CrashMode::PowerLoss);
+    let db = builder(&vfs).open(dir).unwrap();
+    assert_eq!(get(&db, "t", b"b"), None);
+    assert_eq!(get(&db, "t", b"a").as_deref(), Some(&b"1"[..]));
+}
+
+/// Bad input to the API gives clear errors and changes nothing.
+#[test]
+fn oversized_keys_values_and_transactions_are_refused_before_submit() {
+    let vfs = SimVfs::new(3);
+    let db = builder(&vfs).create("/s").unwrap();
+    let limits = db.limits();
+    let mut w = db.begin_write().unwrap();
+    let mut t = w.open_table("t").unwrap();
+    let long = vec![1u8; limits.max_key_bytes + 1];
+    assert!(matches!(t.insert(&long, b"x"), Err(DbError::KeyTooLong { .. })));
+    t.insert(vec![1u8; limits.max_key_bytes], b"ok").unwrap();
+    let big = vec![0u8; limits.max_transaction_bytes];
+    assert!(matches!(
+        t.insert(b"k", &big),
+        Err(DbError::TransactionTooLarge { .. })
+    ));
+    w.commit().unwrap();
+    let r = db.begin_read();
+    assert_eq!(r.open_table("t").unwrap().iter().count(), 1);
+    assert!(matches!(r.open_table("nope"), Err(DbError::NoSuchTable(_))));
+    assert!(matches!(
+        r.open_table(""),
+        Err(DbError::BadTableName { .. })
+    ));
+}
+
+#[test]
+fn a_second_open_of_a_store_in_use_is_refused_and_a_missing_store_is_not_a_store() {
+    let vfs = SimVfs::new(4);
+    let db = builder(&vfs).create("/s").unwrap();
+    assert!(matches!(builder(&vfs).open("/s"), Err(DbError::Locked(_))));
+    assert!(matches!(builder(&vfs).open("/nothing"), Err(DbError::NotAStore { .. })));
+    drop(db);
+    builder(&vfs).open("/s").unwrap();
+}
