@@ -177,7 +177,18 @@ fn run_seed(seed: u64, c: &mut Counts) -> Result<(), String> {
         let mut last_ckpt_ops = 8u64;
         let mut stop = Stop::Done;
         for _ in 0..txns {
-            match random_txn(&db, &acked, &mut rng, key_space, Durability::Immediate)? {
+            let out = match random_txn(&db, &acked, &mut rng, key_space, Durability::Immediate) {
+                Ok(out) => out,
+                // A read inside the transaction hit the crash (a journal
+                // thread reached the crash point meanwhile): nothing was
+                // submitted.
+                Err(_) if sim.is_down() => {
+                    stop = Stop::Crashed;
+                    break;
+                }
+                Err(e) => return Err(e),
+            };
+            match out {
                 Outcome::Committed(m) => acked = m,
                 Outcome::Aborted | Outcome::Refused => {}
                 Outcome::InDoubt(m) => {
