@@ -169,6 +169,10 @@ fn json_and_hex_round_trip() {
     let stats = json(&ok(&["stats", st, "--json"]));
     assert_eq!(stats["page_size_bytes"], 4096);
     assert_eq!(stats["tree"]["depth"], 1);
+    assert_eq!(
+        stats["tables"],
+        serde_json::json!([{"name": "default", "keys": 1}])
+    );
     assert_eq!(stats["journal"]["segment_bytes"], 1 << 20);
     // `del` closed the store, which checkpointed every commit.
     assert_eq!(stats["checkpoint"]["commits_after"], 0);

@@ -202,7 +202,7 @@ fn render(r: &Report) -> String {
     );
     out += &format!(
         "  on disk (checkpoint lsn {}): tree of depth {}, {} branches, {} leaves, {} pages, \
-         {} entries ({} with overflow values); {} free pages\n",
+         {} entries with the table catalog's ({} with overflow values); {} free pages\n",
         c.checkpoint_lsn,
         d.depth,
         d.branches,
@@ -213,7 +213,7 @@ fn render(r: &Report) -> String {
         c.free_pages
     );
     out += &format!(
-        "  in memory (newest lsn {}, after replaying the journal): {} entries in {} table(s)\n",
+        "  in memory (newest lsn {}, after replaying the journal): {} entries, {} table(s)\n",
         c.newest_lsn, c.memory.entries, c.tables
     );
     out += "OK: every checksum, every B+tree rule and every page's owner checked\n";

@@ -4,7 +4,7 @@
 use std::path::Path;
 use std::process::ExitCode;
 
-use keel::db::{Database, DATA_FILE, JOURNAL_DIR};
+use keel::db::{Database, DbError, DATA_FILE, JOURNAL_DIR};
 use serde::Serialize;
 
 use super::args::StoreArgs;
@@ -17,13 +17,20 @@ struct Report {
     store: String,
     page_size_bytes: usize,
     data_file_bytes: u64,
-    tables: usize,
+    /// Every table, and how many keys it holds.
+    tables: Vec<TableKeys>,
     pages: Pages,
     tree: Tree,
     checkpoint: Checkpoint,
     cache: Cache,
     journal: Journal,
     limits: Limits,
+}
+
+#[derive(Serialize)]
+struct TableKeys {
+    name: String,
+    keys: u64,
 }
 
 #[derive(Serialize)]
@@ -44,6 +51,8 @@ struct Tree {
     depth: usize,
     branches: u64,
     leaves: u64,
+    /// The tables' keys and the table catalog's entries (a name per table
+    /// and the next table id).
     entries: u64,
     overflow_values: u64,
     /// Nodes changed in memory by the journal's replay, not yet in the
@@ -104,7 +113,7 @@ fn report(db: &Database, store: &Path) -> Result<Report, Failure> {
     let fail = |e| Failure::from_db(e, store);
     let s = db.stats();
     let t = db.tree_stats().map_err(fail)?;
-    let tables = db.begin_read().list_tables().map_err(fail)?.len();
+    let tables = table_keys(db).map_err(fail)?;
     let limits = db.limits();
     let (dir_bytes, segment_files) = dir_usage(&store.join(JOURNAL_DIR))?;
     let data_file_bytes = std::fs::metadata(store.join(DATA_FILE))
@@ -156,6 +165,21 @@ fn report(db: &Database, store: &Path) -> Result<Report, Failure> {
     })
 }
 
+/// Every table's name and number of keys (a scan of the whole store).
+fn table_keys(db: &Database) -> Result<Vec<TableKeys>, DbError> {
+    let read = db.begin_read();
+    let mut out = Vec::new();
+    for name in read.list_tables()? {
+        let mut keys = 0;
+        for kv in read.open_table(&name)?.iter() {
+            kv?;
+            keys += 1;
+        }
+        out.push(TableKeys { name, keys });
+    }
+    Ok(out)
+}
+
 /// Bytes of the files in `dir`, and how many of them are segments.
 fn dir_usage(dir: &Path) -> Result<(u64, usize), Failure> {
     let fail = |e: std::io::Error| Failure::internal(format!("{}: {e}", dir.display()));
@@ -190,10 +214,21 @@ fn render(r: &Report) -> String {
         "pages        {} in the tree, {} free, {} waiting to be free\n",
         p.tree, p.free, p.pending_free
     );
+    let tables: Vec<String> = r
+        .tables
+        .iter()
+        .map(|t| format!("{} ({} keys)", t.name, t.keys))
+        .collect();
+    let tables = if tables.is_empty() {
+        "none".to_string()
+    } else {
+        tables.join(", ")
+    };
+    out += &format!("tables       {tables}\n");
     out += &format!(
-        "tree         depth {}, {} branches, {} leaves, {} entries ({} with overflow values) \
-         in {} table(s)\n",
-        t.depth, t.branches, t.leaves, t.entries, t.overflow_values, r.tables
+        "tree         depth {}, {} branches, {} leaves, {} entries with the table catalog's \
+         ({} with overflow values)\n",
+        t.depth, t.branches, t.leaves, t.entries, t.overflow_values
     );
     out += &format!(
         "checkpoint   lsn {} (generation {}); newest commit lsn {}, {} commit(s) since\n",
