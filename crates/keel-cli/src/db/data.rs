@@ -289,7 +289,14 @@ pub fn scan(a: ScanArgs) -> Result<ExitCode, Failure> {
             entries.push(e);
         } else {
             // Printed as found: a long scan shows its first entries at once.
-            writeln!(stdout, "{}\t{}", e.key, e.value).map_err(stdout_failed)?;
+            match writeln!(stdout, "{}\t{}", e.key, e.value) {
+                Ok(()) => {}
+                // The reader has all it wants (`keel db scan S | head`).
+                Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => {
+                    return Ok(ExitCode::SUCCESS)
+                }
+                Err(e) => return Err(stdout_failed(e)),
+            }
         }
     }
     if more && !json {
