@@ -6,6 +6,7 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 
 mod bench;
+mod db;
 mod diskcheck;
 mod journal;
 mod probe;
@@ -39,6 +40,10 @@ enum Command {
     /// for corruption.
     #[command(subcommand)]
     Journal(journal::JournalCommand),
+    /// Use a store by hand: create it, put, get, delete and scan keys,
+    /// list its tables, print its figures, check it for damage.
+    #[command(subcommand)]
+    Db(db::DbCommand),
 }
 
 fn main() -> ExitCode {
@@ -48,6 +53,7 @@ fn main() -> ExitCode {
         Command::Bench(cmd) => bench::run(cmd),
         Command::Diskcheck(cmd) => diskcheck::run(cmd),
         Command::Journal(cmd) => journal::run(cmd),
+        Command::Db(cmd) => db::run(cmd),
     };
     match result {
         Ok(code) => code,

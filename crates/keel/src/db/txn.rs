@@ -14,6 +14,7 @@ use std::collections::btree_map;
 use std::collections::BTreeMap;
 use std::iter::Peekable;
 use std::ops::{Bound, Deref, RangeBounds};
+use std::path::Path;
 use std::sync::Arc;
 
 use super::error::{DbError, Result};
@@ -53,9 +54,9 @@ fn check_name(name: &str) -> Result<()> {
     })
 }
 
-fn decode_id(v: &[u8]) -> Result<u32> {
+fn decode_id(path: &Path, v: &[u8]) -> Result<u32> {
     let b: [u8; 4] = v.try_into().map_err(|_| DbError::Corrupt {
-        path: Default::default(),
+        path: path.to_path_buf(),
         reason: "a catalog entry whose table id is not 4 bytes".into(),
     })?;
     Ok(u32::from_be_bytes(b))
@@ -260,7 +261,7 @@ impl ReadTxn {
             .tree
             .get(&self.shared.cache, &full_key(CATALOG, name.as_bytes()))?
         {
-            Some(e) => Ok(Some(decode_id(e.value())?)),
+            Some(e) => Ok(Some(decode_id(&self.shared.path, e.value())?)),
             None => Ok(None),
         }
     }
@@ -282,15 +283,15 @@ impl ReadTxn {
             over: None,
             done: false,
         };
-        collect_names(it)
+        collect_names(&self.shared.path, it)
     }
 }
 
-fn collect_names(it: Iter<'_>) -> Result<Vec<String>> {
+fn collect_names(path: &Path, it: Iter<'_>) -> Result<Vec<String>> {
     it.map(|kv| {
         let kv = kv?;
         String::from_utf8(kv.key().to_vec()).map_err(|_| DbError::Corrupt {
-            path: Default::default(),
+            path: path.to_path_buf(),
             reason: "a table name that is not UTF-8".into(),
         })
     })
@@ -450,7 +451,7 @@ impl WriteTxn {
     fn table_id(&self, name: &str) -> Result<Option<u32>> {
         check_name(name)?;
         match self.get_full(&full_key(CATALOG, name.as_bytes()))? {
-            Some(v) => Ok(Some(decode_id(&v)?)),
+            Some(v) => Ok(Some(decode_id(&self.shared.path, &v)?)),
             None => Ok(None),
         }
     }
@@ -462,7 +463,7 @@ impl WriteTxn {
             None => {
                 let next_key = full_key(CATALOG, &[]);
                 let id = match self.get_full(&next_key)? {
-                    Some(v) => decode_id(&v)?,
+                    Some(v) => decode_id(&self.shared.path, &v)?,
                     None => 1,
                 };
                 let next = id.checked_add(1).ok_or(DbError::BadTableName {
@@ -520,7 +521,7 @@ impl WriteTxn {
     /// The names of the tables, sorted (as this transaction sees them).
     pub fn list_tables(&self) -> Result<Vec<String>> {
         let (s, e) = table_bounds(CATALOG, &(Bound::Excluded(&[][..]), Bound::Unbounded));
-        collect_names(self.iter_bounds(s, e))
+        collect_names(&self.shared.path, self.iter_bounds(s, e))
     }
 
     fn iter_bounds(&self, s: Bound<Vec<u8>>, e: Bound<Vec<u8>>) -> Iter<'_> {

@@ -1,0 +1,168 @@
+//! The command line of `keel db`.
+
+use std::path::PathBuf;
+
+use clap::{Args, Subcommand};
+
+use crate::util::Size;
+
+/// Exit codes, the same for every command.
+const EXIT_CODES: &str = "Exit codes:\n  \
+    0  done\n  \
+    1  the answer is no: `get` or `del` found no such key (or no such table), `scan` no such \
+       table; `check` found the store damaged (the reason, naming the page or file, is \
+       printed)\n  \
+    2  the command could not run: a wrong command line or bad hex, no store at the path (or \
+       a path that is not a store), a store another process has open, a store that cannot \
+       be opened because it is damaged (run `keel db check`), a key or value over the \
+       store's limits, or a failed read or write";
+
+/// How keys and values are written on the command line and printed.
+const ENCODING: &str = "Keys and values are UTF-8 text unless --hex is given: then every key \
+    and value, given or printed, is hex (two digits a byte, an optional 0x prefix on input). \
+    A stored key or value that is not UTF-8 cannot be printed as text: the command stops with \
+    an error that says to use --hex.";
+
+#[derive(Subcommand, Debug)]
+pub enum DbCommand {
+    /// Create a store (a directory holding `data.keel`, `journal/` and
+    /// `LOCK`), and any missing parent directories. On an existing store
+    /// it does nothing and says so.
+    #[command(after_help = EXIT_CODES)]
+    Create(CreateArgs),
+    /// Set KEY to VALUE in a table (created if missing), replacing any
+    /// value it had. Durable when the command returns: the commit is
+    /// synced, then the store is checkpointed and closed.
+    #[command(after_help = format!("{ENCODING}\n\n{EXIT_CODES}"))]
+    Put(PutArgs),
+    /// Print the value of KEY (and a newline). Exit 1 when the key (or the
+    /// table) does not exist.
+    #[command(after_help = format!("{ENCODING}\n\n{EXIT_CODES}"))]
+    Get(KeyArgs),
+    /// Delete KEY. Exit 1 when it did not exist (nothing is written then).
+    /// Durable when the command returns, as `put`.
+    #[command(after_help = format!("{ENCODING}\n\n{EXIT_CODES}"))]
+    Del(KeyArgs),
+    /// List a table's entries in key order, one `KEY<TAB>VALUE` line each:
+    /// all of them, a range (--from, --to) or those with a prefix
+    /// (--prefix), at most --limit.
+    #[command(after_help = format!("{ENCODING}\n\n{EXIT_CODES}"))]
+    Scan(ScanArgs),
+    /// List the store's tables, one name a line, sorted.
+    #[command(after_help = EXIT_CODES)]
+    Tables(StoreArgs),
+    /// Print the store's figures: pages (in the file, free, waiting to be
+    /// free), the tree (depth, nodes, entries), the page cache, the
+    /// journal (files and bytes on disk) and the last checkpoint.
+    #[command(after_help = EXIT_CODES)]
+    Stats(StoreArgs),
+    /// Check the store: open it (recovery validates the meta pages, the
+    /// journal and every page replay touches), then read every page the
+    /// last checkpoint reaches and verify its checksum, the B+tree's order
+    /// and balance, the overflow chains and the free list, and that every
+    /// page is used exactly once. Exit 1, saying where, on damage.
+    #[command(after_help = EXIT_CODES)]
+    Check(StoreArgs),
+}
+
+impl DbCommand {
+    /// Whether the command prints JSON.
+    pub fn json(&self) -> bool {
+        match self {
+            DbCommand::Create(a) => a.out.json,
+            DbCommand::Put(a) => a.keyed.out.json,
+            DbCommand::Get(a) | DbCommand::Del(a) => a.keyed.out.json,
+            DbCommand::Scan(a) => a.keyed.out.json,
+            DbCommand::Tables(a) | DbCommand::Stats(a) | DbCommand::Check(a) => a.out.json,
+        }
+    }
+}
+
+/// Output options every command has.
+#[derive(Args, Debug, Clone, Copy, Default)]
+pub struct Output {
+    /// Print one JSON object on stdout instead of text (named fields; on
+    /// an error, `{"error": …, "kind": …}`).
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// The options of commands that take keys or values.
+#[derive(Args, Debug, Clone)]
+pub struct Keyed {
+    /// The table (created by `put` if missing).
+    #[arg(long, short = 't', value_name = "NAME", default_value = "default")]
+    pub table: String,
+    /// Keys and values are hex, on input and output.
+    #[arg(long)]
+    pub hex: bool,
+    #[command(flatten)]
+    pub out: Output,
+}
+
+#[derive(Args, Debug)]
+pub struct StoreArgs {
+    /// The store directory.
+    pub store: PathBuf,
+    #[command(flatten)]
+    pub out: Output,
+}
+
+#[derive(Args, Debug)]
+pub struct CreateArgs {
+    /// The store directory (created with its parents if missing).
+    pub store: PathBuf,
+    /// Page size of the data file: a power of two from 4K to 64K. An
+    /// existing store keeps its own.
+    #[arg(long, value_name = "SIZE", default_value = "4K")]
+    pub page_size: Size,
+    /// Size of each journal segment file; one transaction must fit in one
+    /// segment. An existing store keeps its own.
+    #[arg(long, value_name = "SIZE", default_value = "64M")]
+    pub segment_size: Size,
+    #[command(flatten)]
+    pub out: Output,
+}
+
+#[derive(Args, Debug)]
+pub struct PutArgs {
+    /// The store directory (must hold a store: see `keel db create`).
+    pub store: PathBuf,
+    /// The key (at most about a quarter of a page: `keel db stats` prints
+    /// the limit).
+    pub key: String,
+    /// The value.
+    pub value: String,
+    #[command(flatten)]
+    pub keyed: Keyed,
+}
+
+#[derive(Args, Debug)]
+pub struct KeyArgs {
+    /// The store directory.
+    pub store: PathBuf,
+    /// The key.
+    pub key: String,
+    #[command(flatten)]
+    pub keyed: Keyed,
+}
+
+#[derive(Args, Debug)]
+pub struct ScanArgs {
+    /// The store directory.
+    pub store: PathBuf,
+    /// Start at this key (included).
+    #[arg(long, value_name = "KEY", conflicts_with = "prefix")]
+    pub from: Option<String>,
+    /// Stop before this key (excluded).
+    #[arg(long, value_name = "KEY", conflicts_with = "prefix")]
+    pub to: Option<String>,
+    /// Only keys that start with this.
+    #[arg(long, value_name = "KEY")]
+    pub prefix: Option<String>,
+    /// List at most this many entries.
+    #[arg(long, value_name = "N")]
+    pub limit: Option<usize>,
+    #[command(flatten)]
+    pub keyed: Keyed,
+}

@@ -1,0 +1,221 @@
+//! `keel db check`: open the store (recovery validates the meta pages, the
+//! journal and the pages replay touches), then check every page the last
+//! checkpoint reaches. A store that cannot be opened because of what is in
+//! its files is damaged too (exit 1); a path that holds no store, or a
+//! store in use, cannot be checked (exit 2).
+
+use std::path::Path;
+use std::process::ExitCode;
+
+use keel::btree::{BtreeError, PageError, TreeStats};
+use keel::db::{Database, DbError, DATA_FILE};
+use serde::Serialize;
+
+use super::args::StoreArgs;
+use super::failure::{check_store_dir, kind_of, Failure, Kind};
+use super::print_json;
+
+#[derive(Serialize)]
+struct Report {
+    store: String,
+    /// `ok` or `damaged`.
+    status: &'static str,
+    /// What is wrong and where, when damaged.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    reason: Option<String>,
+    /// The damaged file, when known: `data.keel` or `journal`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    file: Option<&'static str>,
+    /// The damaged page of the data file, when the damage is one page.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    page: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    checked: Option<Checked>,
+}
+
+/// What a clean check covered.
+#[derive(Serialize)]
+struct Checked {
+    page_size_bytes: usize,
+    pages_in_file: u64,
+    free_pages: u64,
+    tables: usize,
+    checkpoint_lsn: u64,
+    newest_lsn: u64,
+    /// The tree the last checkpoint wrote, read back from the file.
+    disk: Tree,
+    /// The newest tree: the checkpoint's with the journal replayed.
+    memory: Tree,
+}
+
+#[derive(Serialize)]
+struct Tree {
+    depth: usize,
+    branches: u64,
+    leaves: u64,
+    entries: u64,
+    overflow_values: u64,
+    pages: u64,
+}
+
+impl From<&TreeStats> for Tree {
+    fn from(t: &TreeStats) -> Tree {
+        Tree {
+            depth: t.depth,
+            branches: t.branches,
+            leaves: t.leaves,
+            entries: t.entries,
+            overflow_values: t.overflow_values,
+            pages: t.pages.len() as u64,
+        }
+    }
+}
+
+pub fn run(a: StoreArgs) -> Result<ExitCode, Failure> {
+    let store = &a.store;
+    check_store_dir(store)?;
+    let report = match open_for_check(store)? {
+        Ok(db) => check_open(&db, store),
+        Err(damage) => damage,
+    };
+    if a.out.json {
+        print_json(&report)?;
+        if let Some(r) = &report.reason {
+            eprintln!("error: store {} is damaged: {r}", report.store);
+        }
+    } else {
+        print!("{}", render(&report));
+    }
+    Ok(ExitCode::from(if report.checked.is_some() { 0 } else { 1 }))
+}
+
+/// Open the store: the database, or the report of the damage that kept it
+/// from opening; a failure when there is nothing to check.
+fn open_for_check(store: &Path) -> Result<Result<Database, Report>, Failure> {
+    let e = match Database::builder()
+        .background_checkpoints(false)
+        .open(store)
+    {
+        Ok(db) => return Ok(Ok(db)),
+        Err(e) => e,
+    };
+    let data = store.join(DATA_FILE);
+    match (&e, kind_of(&e)) {
+        // A data file with no meta page at all: cut short or overwritten
+        // (a creation cut short leaves the same, but `create` finishes that).
+        (DbError::NotAStore { .. }, _) if data.is_file() => {
+            let len = std::fs::metadata(&data).map_or(0, |m| m.len());
+            let reason = format!(
+                "{DATA_FILE} ({len} bytes) holds no meta page: it was truncated or overwritten \
+                 (or the store's creation never finished: `keel db create` finishes it)"
+            );
+            Ok(Err(damaged(store, reason, Some(DATA_FILE), None)))
+        }
+        (_, Kind::Damaged) => Ok(Err(damage_report(store, &e))),
+        // A file that cannot be read is damage as far as a check can tell.
+        (DbError::Io(_), _) => Ok(Err(damaged(store, e.to_string(), None, None))),
+        _ => Err(Failure::from_db(e, store)),
+    }
+}
+
+fn check_open(db: &Database, store: &Path) -> Report {
+    let checked = db.check().and_then(|c| {
+        let tables = db.begin_read().list_tables()?.len();
+        Ok((c, tables))
+    });
+    let (c, tables) = match checked {
+        Ok(x) => x,
+        Err(e) => return damage_report(store, &e),
+    };
+    let s = db.stats();
+    Report {
+        store: store.display().to_string(),
+        status: "ok",
+        reason: None,
+        file: None,
+        page: None,
+        checked: Some(Checked {
+            page_size_bytes: s.page_size,
+            pages_in_file: s.page_count,
+            free_pages: s.free_pages,
+            tables,
+            checkpoint_lsn: s.checkpoint_lsn,
+            newest_lsn: s.published_lsn,
+            disk: Tree::from(&c.disk),
+            memory: Tree::from(&c.memory),
+        }),
+    }
+}
+
+fn damaged(store: &Path, reason: String, file: Option<&'static str>, page: Option<u64>) -> Report {
+    Report {
+        store: store.display().to_string(),
+        status: "damaged",
+        reason: Some(reason),
+        file,
+        page,
+        checked: None,
+    }
+}
+
+/// The report of a store error that means damage: which file, which page.
+fn damage_report(store: &Path, e: &DbError) -> Report {
+    let (file, page) = match e {
+        DbError::Tree(t) => (Some(DATA_FILE), damaged_page(t)),
+        DbError::Journal(_) => (Some("journal"), None),
+        _ => (None, None),
+    };
+    let reason = match e {
+        // Its message starts "store … is damaged", which the report says.
+        DbError::Corrupt { reason, .. } => reason.clone(),
+        e => e.to_string(),
+    };
+    damaged(store, reason, file, page)
+}
+
+/// The page a tree error names.
+fn damaged_page(e: &BtreeError) -> Option<u64> {
+    match e {
+        BtreeError::Page(p) => match *p {
+            PageError::WrongSize { page, .. }
+            | PageError::BadChecksum { page, .. }
+            | PageError::UnexpectedChecksum { page, .. }
+            | PageError::WrongType { page, .. }
+            | PageError::BadLayout { page, .. } => Some(page),
+            PageError::WrongPageNo { expected, .. } => Some(expected),
+            _ => None,
+        },
+        BtreeError::Corrupt { page, .. } => Some(*page),
+        _ => None,
+    }
+}
+
+fn render(r: &Report) -> String {
+    let Some(c) = &r.checked else {
+        let reason = r.reason.as_deref().unwrap_or("unknown");
+        return format!("DAMAGED: store {}: {reason}\n", r.store);
+    };
+    let d = &c.disk;
+    let mut out = format!(
+        "checked store {}: {} pages of {} bytes\n",
+        r.store, c.pages_in_file, c.page_size_bytes
+    );
+    out += &format!(
+        "  on disk (checkpoint lsn {}): tree of depth {}, {} branches, {} leaves, {} pages, \
+         {} entries with the table catalog's ({} with overflow values); {} free pages\n",
+        c.checkpoint_lsn,
+        d.depth,
+        d.branches,
+        d.leaves,
+        d.pages,
+        d.entries,
+        d.overflow_values,
+        c.free_pages
+    );
+    out += &format!(
+        "  in memory (newest lsn {}, after replaying the journal): {} entries, {} table(s)\n",
+        c.newest_lsn, c.memory.entries, c.tables
+    );
+    out += "OK: every checksum, every B+tree rule and every page's owner checked\n";
+    out
+}

@@ -1,0 +1,339 @@
+//! `create`, `put`, `get`, `del`, `scan` and `tables`.
+
+use std::io::Write;
+use std::ops::Bound;
+use std::path::Path;
+use std::process::ExitCode;
+
+use keel::db::{Database, DbError, KeyValue, ReadTxn, Table, DATA_FILE};
+use keel::journal::JournalOptions;
+use serde::Serialize;
+
+use super::args::{CreateArgs, KeyArgs, PutArgs, ScanArgs, StoreArgs};
+use super::bytes::Encoding;
+use super::failure::{Failure, Kind};
+use super::{open, print_json};
+use crate::util::format_size;
+
+#[derive(Serialize)]
+struct Created {
+    store: String,
+    /// False when the path already held a store (left as it was).
+    created: bool,
+    page_size_bytes: usize,
+    journal_segment_bytes: u64,
+}
+
+pub fn create(a: CreateArgs) -> Result<ExitCode, Failure> {
+    let store = &a.store;
+    let existed = store.join(DATA_FILE).exists();
+    let page_size = usize::try_from(a.page_size.bytes())
+        .map_err(|_| Failure::bad_input(format!("--page-size {}: too large", a.page_size)))?;
+    let journal = JournalOptions {
+        segment_size_bytes: a.segment_size.bytes(),
+        ..JournalOptions::default()
+    };
+    let db = Database::builder()
+        .page_size(page_size)
+        .journal(journal)
+        .background_checkpoints(false)
+        .create(store)
+        .map_err(|e| Failure::from_db(e, store))?;
+    let out = Created {
+        store: store.display().to_string(),
+        created: !existed,
+        page_size_bytes: db.stats().page_size,
+        journal_segment_bytes: db.journal().options().segment_size_bytes,
+    };
+    db.close().map_err(|e| Failure::from_db(e, store))?;
+    if a.out.json {
+        print_json(&out)?;
+    } else {
+        let verb = if out.created {
+            "created store"
+        } else {
+            "a store already exists at"
+        };
+        println!(
+            "{verb} {} (pages of {}, journal segments of {})",
+            out.store,
+            format_size(out.page_size_bytes as u64),
+            format_size(out.journal_segment_bytes)
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+#[derive(Serialize)]
+struct Written {
+    table: String,
+    key: String,
+    /// `put`: whether the key had a value before; `del`: whether it
+    /// existed (and was deleted).
+    existed: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    value_bytes: Option<usize>,
+}
+
+/// Run `change` in one write transaction on the store, commit it durably
+/// and close the store (which checkpoints it).
+fn write<T>(
+    store: &Path,
+    change: impl FnOnce(&mut keel::db::WriteTxn) -> Result<T, DbError>,
+) -> Result<T, Failure> {
+    let db = open(store)?;
+    let fail = |e| Failure::from_db(e, store);
+    let mut txn = db.begin_write().map_err(fail)?;
+    let out = change(&mut txn).map_err(fail)?;
+    txn.commit().map_err(fail)?;
+    db.close().map_err(fail)?;
+    Ok(out)
+}
+
+pub fn put(a: PutArgs) -> Result<ExitCode, Failure> {
+    let enc = Encoding::new(a.keyed.hex);
+    let key = enc.parse("KEY", &a.key)?;
+    let value = enc.parse("VALUE", &a.value)?;
+    let table = a.keyed.table.as_str();
+    let existed = write(&a.store, |txn| {
+        let mut t = txn.open_table(table)?;
+        let existed = t.get(&key)?.is_some();
+        t.insert(&key, &value)?;
+        Ok(existed)
+    })?;
+    if a.keyed.out.json {
+        print_json(&Written {
+            table: table.into(),
+            key: enc.show(String::new, &key)?,
+            existed,
+            value_bytes: Some(value.len()),
+        })?;
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+pub fn del(a: KeyArgs) -> Result<ExitCode, Failure> {
+    let enc = Encoding::new(a.keyed.hex);
+    let key = enc.parse("KEY", &a.key)?;
+    let table = a.keyed.table.as_str();
+    let existed = write(&a.store, |txn| match txn.existing_table(table)? {
+        Some(mut t) => t.remove(&key),
+        None => Ok(false),
+    })?;
+    if a.keyed.out.json {
+        print_json(&Written {
+            table: table.into(),
+            key: enc.show(String::new, &key)?,
+            existed,
+            value_bytes: None,
+        })?;
+    }
+    if existed {
+        Ok(ExitCode::SUCCESS)
+    } else {
+        absent(table, enc, &key)
+    }
+}
+
+/// Exit 1: the key is not in the table (or the table does not exist).
+fn absent(table: &str, enc: Encoding, key: &[u8]) -> Result<ExitCode, Failure> {
+    eprintln!("not found: key {} in table {table:?}", enc.name(key));
+    Ok(ExitCode::from(1))
+}
+
+#[derive(Serialize)]
+struct Got {
+    table: String,
+    key: String,
+    found: bool,
+    value: Option<String>,
+}
+
+/// A read transaction's table, or the exit-1 failure naming the tables
+/// there are.
+fn read_table<'r>(read: &'r ReadTxn, name: &str, store: &Path) -> Result<Table<'r>, Failure> {
+    match read.open_table(name) {
+        Ok(t) => Ok(t),
+        Err(DbError::NoSuchTable(_)) => {
+            let tables = read.list_tables().map_err(|e| Failure::from_db(e, store))?;
+            let have = if tables.is_empty() {
+                "the store has no tables yet".to_string()
+            } else {
+                format!("its tables: {}", tables.join(", "))
+            };
+            Err(Failure::new(
+                Kind::Absent,
+                format!("no table named {name:?} ({have})"),
+            ))
+        }
+        Err(e) => Err(Failure::from_db(e, store)),
+    }
+}
+
+pub fn get(a: KeyArgs) -> Result<ExitCode, Failure> {
+    let enc = Encoding::new(a.keyed.hex);
+    let key = enc.parse("KEY", &a.key)?;
+    let table = a.keyed.table.as_str();
+    let db = open(&a.store)?;
+    // The store refuses to write such a key; say so rather than "absent".
+    let max = db.limits().max_key_bytes;
+    if key.len() > max {
+        return Err(Failure::from_db(
+            DbError::KeyTooLong {
+                len: key.len(),
+                max,
+            },
+            &a.store,
+        ));
+    }
+    let read = db.begin_read();
+    let key_shown = enc.show(String::new, &key)?;
+    let value = match read_table(&read, table, &a.store) {
+        Ok(t) => t.get(&key).map_err(|e| Failure::from_db(e, &a.store))?,
+        Err(f) if f.kind == Kind::Absent => {
+            if a.keyed.out.json {
+                print_json(&Got::absent(table, key_shown))?;
+            }
+            eprintln!("not found: {}", f.message);
+            return Ok(ExitCode::from(f.code));
+        }
+        Err(f) => return Err(f),
+    };
+    let Some(value) = value else {
+        if a.keyed.out.json {
+            print_json(&Got::absent(table, key_shown))?;
+        }
+        return absent(table, enc, &key);
+    };
+    let shown = enc.show(|| format!("the value of key {}", enc.name(&key)), &value)?;
+    if a.keyed.out.json {
+        print_json(&Got {
+            table: table.into(),
+            key: key_shown,
+            found: true,
+            value: Some(shown),
+        })?;
+    } else {
+        println!("{shown}");
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+impl Got {
+    fn absent(table: &str, key: String) -> Got {
+        Got {
+            table: table.into(),
+            key,
+            found: false,
+            value: None,
+        }
+    }
+}
+
+#[derive(Serialize)]
+struct Entry {
+    key: String,
+    value: String,
+}
+
+#[derive(Serialize)]
+struct Scanned {
+    table: String,
+    entries: Vec<Entry>,
+    count: usize,
+    /// Whether --limit cut the listing short (more entries follow).
+    more: bool,
+}
+
+/// The entry printed: its key and value as the encoding shows them.
+fn show_entry(enc: Encoding, kv: &KeyValue) -> Result<Entry, Failure> {
+    let key = enc.show(|| format!("the key {}", enc.name(kv.key())), kv.key())?;
+    let value = enc.show(
+        || format!("the value of key {}", enc.name(kv.key())),
+        kv.value(),
+    )?;
+    Ok(Entry { key, value })
+}
+
+pub fn scan(a: ScanArgs) -> Result<ExitCode, Failure> {
+    let enc = Encoding::new(a.keyed.hex);
+    let parse = |what, k: &Option<String>| k.as_ref().map(|k| enc.parse(what, k)).transpose();
+    let from = parse("--from", &a.from)?;
+    let to = parse("--to", &a.to)?;
+    let prefix = parse("--prefix", &a.prefix)?;
+    let table = a.keyed.table.as_str();
+    let json = a.keyed.out.json;
+    let db = open(&a.store)?;
+    let read = db.begin_read();
+    let t = read_table(&read, table, &a.store)?;
+    let iter = match &prefix {
+        Some(p) => t.prefix(p),
+        None => {
+            let start: Bound<&[u8]> = from.as_deref().map_or(Bound::Unbounded, Bound::Included);
+            let end: Bound<&[u8]> = to.as_deref().map_or(Bound::Unbounded, Bound::Excluded);
+            t.range((start, end))
+        }
+    };
+    let limit = a.limit.unwrap_or(usize::MAX);
+    let (mut count, mut more, mut entries) = (0, false, Vec::new());
+    let mut stdout = std::io::stdout().lock();
+    for kv in iter {
+        let kv = kv.map_err(|e| Failure::from_db(e, &a.store))?;
+        if count == limit {
+            more = true;
+            break;
+        }
+        count += 1;
+        let e = show_entry(enc, &kv)?;
+        if json {
+            entries.push(e);
+        } else {
+            // Printed as found: a long scan shows its first entries at once.
+            match writeln!(stdout, "{}\t{}", e.key, e.value) {
+                Ok(()) => {}
+                // The reader has all it wants (`keel db scan S | head`).
+                Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => {
+                    return Ok(ExitCode::SUCCESS)
+                }
+                Err(e) => return Err(stdout_failed(e)),
+            }
+        }
+    }
+    if more && !json {
+        eprintln!("note: stopped at --limit {limit}; more entries follow");
+    }
+    if json {
+        print_json(&Scanned {
+            table: table.into(),
+            entries,
+            count,
+            more,
+        })?;
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn stdout_failed(e: std::io::Error) -> Failure {
+    Failure::internal(format!("writing to stdout: {e}"))
+}
+
+#[derive(Serialize)]
+struct Tables {
+    tables: Vec<String>,
+}
+
+pub fn tables(a: StoreArgs) -> Result<ExitCode, Failure> {
+    let db = open(&a.store)?;
+    let tables = db
+        .begin_read()
+        .list_tables()
+        .map_err(|e| Failure::from_db(e, &a.store))?;
+    if a.out.json {
+        print_json(&Tables { tables })?;
+    } else {
+        for t in tables {
+            println!("{t}");
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}

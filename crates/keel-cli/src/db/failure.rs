@@ -1,0 +1,133 @@
+//! Why a command failed, in words and as an exit code (see `EXIT_CODES` in
+//! `args.rs`).
+
+use std::path::Path;
+
+use keel::db::DbError;
+use keel::journal::JournalError;
+use serde::Serialize;
+
+/// The kinds of failure, named in `--json` output.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Kind {
+    /// The key or table does not exist (exit 1).
+    Absent,
+    /// The store is damaged (exit 1 from `check`, 2 from the others).
+    Damaged,
+    /// Bad input on the command line: bad hex, a bad table name, a key or
+    /// value over the limits, text that is not UTF-8.
+    BadInput,
+    /// No store at the path.
+    NotAStore,
+    /// Another process has the store open.
+    Locked,
+    /// A read, write or sync failed, or the store refused the write.
+    Failed,
+}
+
+/// A failed command: the message for stderr and the exit code.
+#[derive(Debug, Clone)]
+pub struct Failure {
+    pub kind: Kind,
+    pub code: u8,
+    pub message: String,
+}
+
+#[derive(Serialize)]
+struct FailureJson<'a> {
+    error: &'a str,
+    kind: Kind,
+    exit_code: u8,
+}
+
+impl Failure {
+    pub fn new(kind: Kind, message: impl Into<String>) -> Failure {
+        let code = match kind {
+            Kind::Absent => 1,
+            _ => 2,
+        };
+        Failure {
+            kind,
+            code,
+            message: message.into(),
+        }
+    }
+
+    pub fn bad_input(message: impl Into<String>) -> Failure {
+        Failure::new(Kind::BadInput, message)
+    }
+
+    pub fn internal(message: impl Into<String>) -> Failure {
+        Failure::new(Kind::Failed, message)
+    }
+
+    /// A store error met while using the store at `store`.
+    pub fn from_db(e: DbError, store: &Path) -> Failure {
+        let kind = kind_of(&e);
+        let mut message = e.to_string();
+        if kind == Kind::Damaged {
+            message += &format!(
+                " (run `keel db check {}` for the whole picture)",
+                store.display()
+            );
+        }
+        Failure::new(kind, message)
+    }
+
+    /// What `--json` prints for this failure.
+    pub fn json(&self) -> impl Serialize + '_ {
+        FailureJson {
+            error: &self.message,
+            kind: self.kind,
+            exit_code: self.code,
+        }
+    }
+}
+
+/// Which kind of failure a store error is.
+pub fn kind_of(e: &DbError) -> Kind {
+    match e {
+        DbError::NotAStore { .. } => Kind::NotAStore,
+        DbError::Locked(_) => Kind::Locked,
+        DbError::Journal(JournalError::Locked(_)) => Kind::Locked,
+        DbError::Corrupt { .. } | DbError::Tree(_) => Kind::Damaged,
+        DbError::Journal(
+            JournalError::Corrupt { .. }
+            | JournalError::ForeignSegment { .. }
+            | JournalError::BlockSizeMismatch { .. }
+            | JournalError::BadCompressedRecord { .. }
+            | JournalError::NotAJournal(_),
+        ) => Kind::Damaged,
+        DbError::KeyTooLong { .. }
+        | DbError::ValueTooLong { .. }
+        | DbError::TransactionTooLarge { .. }
+        | DbError::BadTableName { .. } => Kind::BadInput,
+        DbError::NoSuchTable(_) => Kind::Absent,
+        _ => Kind::Failed,
+    }
+}
+
+/// Refuse a path that is missing or is not a directory, with words that
+/// say which (the store's own error would only say it holds no store).
+pub fn check_store_dir(store: &Path) -> Result<(), Failure> {
+    match std::fs::metadata(store) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Err(Failure::new(
+            Kind::NotAStore,
+            format!(
+                "{}: no such directory (create a store with `keel db create`)",
+                store.display()
+            ),
+        )),
+        Ok(m) if !m.is_dir() => Err(Failure::new(
+            Kind::NotAStore,
+            format!(
+                "{} is not a directory, so not a Keel store",
+                store.display()
+            ),
+        )),
+        // Other errors (permissions) surface, with the path, when the store
+        // is opened.
+        _ => Ok(()),
+    }
+}

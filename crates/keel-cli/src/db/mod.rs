@@ -1,0 +1,77 @@
+//! `keel db …`: use a store by hand — create it, put, get, delete and scan
+//! keys, list its tables, print its statistics and check it for damage.
+//!
+//! Every command but `create` opens an existing store, which recovers it
+//! (replays the journal past the last checkpoint) and takes its lock, so a
+//! store another process has open is refused. `put` and `del` commit
+//! durably and close the store, which checkpoints it; the reading commands
+//! only drop it, leaving the files as recovery left them.
+//!
+//! The modules: `args` (the command line), `bytes` (keys and values as
+//! text or hex), `failure` (errors to messages and exit codes), `data`
+//! (create, put, get, del, scan, tables), `stats` and `check`.
+
+mod args;
+mod bytes;
+mod check;
+mod data;
+mod failure;
+mod stats;
+
+#[cfg(test)]
+mod tests;
+
+use std::path::Path;
+use std::process::ExitCode;
+
+use keel::db::Database;
+use serde::Serialize;
+
+pub use args::DbCommand;
+use failure::Failure;
+
+pub fn run(cmd: DbCommand) -> anyhow::Result<ExitCode> {
+    let json = cmd.json();
+    let result = match cmd {
+        DbCommand::Create(a) => data::create(a),
+        DbCommand::Put(a) => data::put(a),
+        DbCommand::Get(a) => data::get(a),
+        DbCommand::Del(a) => data::del(a),
+        DbCommand::Scan(a) => data::scan(a),
+        DbCommand::Tables(a) => data::tables(a),
+        DbCommand::Stats(a) => stats::run(a),
+        DbCommand::Check(a) => check::run(a),
+    };
+    match result {
+        Ok(code) => Ok(code),
+        Err(f) => {
+            if json {
+                println!("{}", serde_json::to_string(&f.json())?);
+            }
+            let label = match f.kind {
+                failure::Kind::Absent => "not found",
+                _ => "error",
+            };
+            eprintln!("{label}: {}", f.message);
+            Ok(ExitCode::from(f.code))
+        }
+    }
+}
+
+/// Open the existing store at `store` for one command. No background
+/// checkpointer: `put` and `del` checkpoint when they close the store, and
+/// the reading commands never need to.
+fn open(store: &Path) -> Result<Database, Failure> {
+    failure::check_store_dir(store)?;
+    Database::builder()
+        .background_checkpoints(false)
+        .open(store)
+        .map_err(|e| Failure::from_db(e, store))
+}
+
+/// Print `value` as one JSON object on stdout.
+fn print_json(value: &impl Serialize) -> Result<(), Failure> {
+    let text = serde_json::to_string(value).map_err(|e| Failure::internal(e.to_string()))?;
+    println!("{text}");
+    Ok(())
+}
