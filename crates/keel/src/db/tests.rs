@@ -92,7 +92,10 @@ fn oversized_keys_values_and_transactions_are_refused_before_submit() {
     let mut w = db.begin_write().unwrap();
     let mut t = w.open_table("t").unwrap();
     let long = vec![1u8; limits.max_key_bytes + 1];
-    assert!(matches!(t.insert(&long, b"x"), Err(DbError::KeyTooLong { .. })));
+    assert!(matches!(
+        t.insert(&long, b"x"),
+        Err(DbError::KeyTooLong { .. })
+    ));
     t.insert(vec![1u8; limits.max_key_bytes], b"ok").unwrap();
     let big = vec![0u8; limits.max_transaction_bytes];
     assert!(matches!(
@@ -114,7 +117,89 @@ fn a_second_open_of_a_store_in_use_is_refused_and_a_missing_store_is_not_a_store
     let vfs = SimVfs::new(4);
     let db = builder(&vfs).create("/s").unwrap();
     assert!(matches!(builder(&vfs).open("/s"), Err(DbError::Locked(_))));
-    assert!(matches!(builder(&vfs).open("/nothing"), Err(DbError::NotAStore { .. })));
+    assert!(matches!(
+        builder(&vfs).open("/nothing"),
+        Err(DbError::NotAStore { .. })
+    ));
     drop(db);
     builder(&vfs).open("/s").unwrap();
+}
+
+fn commit_one(db: &Database, k: &[u8], v: &[u8]) -> Result<()> {
+    let mut w = db.begin_write()?;
+    w.open_table("t")?.insert(k, v)?;
+    w.commit()
+}
+
+/// Fail-stop: after an I/O error in a commit's journal write, nothing more
+/// is acknowledged; reopening recovers every acknowledged commit.
+#[test]
+fn a_failed_journal_write_stops_the_store_and_reopen_recovers() {
+    for errno in [libc::EIO, libc::ENOSPC] {
+        let vfs = SimVfs::new(5);
+        let db = builder(&vfs).create("/s").unwrap();
+        for i in 0..20u8 {
+            commit_one(&db, &[i], b"v").unwrap();
+        }
+        vfs.fail_after(crate::io::OpKind::Write, 0, errno);
+        assert!(matches!(
+            commit_one(&db, b"x", b"v"),
+            Err(DbError::CommitFailed(_))
+        ));
+        for _ in 0..3 {
+            assert!(
+                commit_one(&db, b"y", b"v").is_err(),
+                "acknowledged after a failure"
+            );
+        }
+        assert!(db.checkpoint().is_err());
+        assert!(db.close().is_err(), "close reports the failure");
+        vfs.crash(CrashMode::PowerLoss);
+        let db = builder(&vfs).open("/s").unwrap();
+        for i in 0..20u8 {
+            assert_eq!(get(&db, "t", &[i]).as_deref(), Some(&b"v"[..]));
+        }
+        assert_eq!(get(&db, "t", b"y"), None);
+        db.check().unwrap();
+        commit_one(&db, b"z", b"after").unwrap();
+    }
+}
+
+/// Fail-stop: an I/O error while a checkpoint writes the data file (a page
+/// write, its sync, or the meta page) stops the store; reopening recovers
+/// every acknowledged commit from the older meta page and the journal.
+#[test]
+fn a_failed_checkpoint_stops_the_store_and_reopen_recovers() {
+    for (kind, nth, errno) in [
+        (crate::io::OpKind::Write, 0, libc::ENOSPC),
+        (crate::io::OpKind::Write, 1, libc::EIO),
+        (crate::io::OpKind::Sync, 0, libc::EIO),
+        (crate::io::OpKind::Sync, 1, libc::EIO),
+    ] {
+        let vfs = SimVfs::new(6);
+        let db = builder(&vfs).create("/s").unwrap();
+        for i in 0..50u8 {
+            commit_one(&db, &[i], &[i; 300]).unwrap();
+        }
+        db.checkpoint().unwrap();
+        for i in 50..100u8 {
+            commit_one(&db, &[i], &[i; 300]).unwrap();
+        }
+        vfs.fail_after(kind, nth, errno);
+        assert!(db.checkpoint().is_err(), "{kind:?} {nth}");
+        assert!(matches!(
+            commit_one(&db, b"late", b"v"),
+            Err(DbError::Poisoned(_))
+        ));
+        drop(db);
+        vfs.crash(CrashMode::PowerLoss);
+        let db = builder(&vfs).open("/s").unwrap();
+        for i in 0..100u8 {
+            assert_eq!(get(&db, "t", &[i]), Some(vec![i; 300]), "{kind:?} {nth}");
+        }
+        assert_eq!(get(&db, "t", b"late"), None);
+        db.check().unwrap();
+        db.checkpoint().unwrap();
+        db.check().unwrap();
+    }
 }
