@@ -203,3 +203,71 @@ fn a_failed_checkpoint_stops_the_store_and_reopen_recovers() {
         db.check().unwrap();
     }
 }
+
+/// A store ten times larger than its page cache opens without reading it
+/// all, and reading it keeps the cache within its budget.
+#[test]
+fn a_store_larger_than_the_cache_opens_lazily_and_stays_in_budget() {
+    let vfs = SimVfs::new(7);
+    let db = builder(&vfs).create("/s").unwrap();
+    for b in 0..40u32 {
+        let mut w = db.begin_write().unwrap();
+        let mut t = w.open_table("t").unwrap();
+        for i in 0..100u32 {
+            t.insert((b * 100 + i).to_be_bytes(), [b as u8; 600])
+                .unwrap();
+        }
+        drop(t);
+        w.commit().unwrap();
+    }
+    db.close().unwrap();
+    let budget = 256 << 10;
+    let db = builder(&vfs).cache_bytes(budget).open("/s").unwrap();
+    let file_bytes = db.stats().page_count * 4096;
+    assert!(file_bytes > 10 * budget as u64, "{file_bytes}");
+    let opened = db.stats().cache;
+    assert!(opened.misses <= 2, "open read {} pages", opened.misses);
+    let r = db.begin_read();
+    let t = r.open_table("t").unwrap();
+    for k in (0..4000u32).step_by(7) {
+        assert_eq!(t.get(k.to_be_bytes()).unwrap().unwrap().len(), 600);
+    }
+    let s = db.stats().cache;
+    assert!(s.cached_bytes <= budget as u64, "{s:?}");
+    assert!(s.evictions > 0, "{s:?}");
+}
+
+/// A damaged record in the middle of the journal (not a torn tail) makes
+/// the open fail with a clear error instead of dropping acknowledged
+/// commits.
+#[test]
+fn damage_inside_the_journal_is_an_error_at_open() {
+    let vfs = SimVfs::new(8);
+    let db = builder(&vfs).create("/s").unwrap();
+    // More than the reach of a torn write (the largest write, 1 MiB)
+    // follows the damage, so it cannot be a torn tail.
+    for i in 0..40u8 {
+        commit_one(&db, &[i], &vec![i; 60_000]).unwrap();
+    }
+    drop(db);
+    let jdir = Path::new("/s/journal");
+    let seg = vfs
+        .read_dir(jdir)
+        .unwrap()
+        .into_iter()
+        .filter(|n| n.ends_with(".seg"))
+        .min()
+        .expect("a segment");
+    // Block 0 is the header; damage the first record's payload.
+    vfs.corrupt(&jdir.join(seg), 4096 + 1000, &[0xAA; 8])
+        .unwrap();
+    let err = builder(&vfs).open("/s").unwrap_err();
+    assert!(
+        matches!(
+            err,
+            DbError::Journal(crate::journal::JournalError::Corrupt { .. })
+        ),
+        "{err}"
+    );
+    assert!(err.to_string().contains("corrupt"), "{err}");
+}
