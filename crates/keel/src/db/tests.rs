@@ -217,7 +217,6 @@ fn a_store_larger_than_the_cache_opens_lazily_and_stays_in_budget() {
             t.insert((b * 100 + i).to_be_bytes(), [b as u8; 600])
                 .unwrap();
         }
-        drop(t);
         w.commit().unwrap();
     }
     db.close().unwrap();
