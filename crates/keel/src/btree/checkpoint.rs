@@ -123,8 +123,8 @@ impl Placer<'_> {
         Ok(loc)
     }
 
-    /// Write a value's chain last page first, so each page can hold the
-    /// next one's checksum.
+    /// Encode a value's chain last page first, so each page can hold the
+    /// next one's checksum (the caller writes the pages in page order).
     fn place_overflow(&mut self, value: &OverflowValue) -> Result<(), BtreeError> {
         let bytes = value
             .bytes_in_memory()

@@ -4,8 +4,8 @@
 //! A checkpoint writes the next meta into the slot the current one is not
 //! in (`generation % 2`) and syncs: a torn or lost meta write leaves the
 //! other slot, one checkpoint older, intact. Opening picks the valid meta
-//! with the highest generation. `docs/format.md` ("The data file: meta
-//! pages") is the specification; offsets here derive from each other.
+//! with the highest generation. `docs/format.md` ("Meta pages (pages 0
+//! and 1)") is the specification; offsets here derive from each other.
 
 use crate::btree::{PageSize, PAGE_TYPE_META};
 use crate::le::{get_u32, get_u64, put_u32, put_u64};

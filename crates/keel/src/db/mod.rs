@@ -370,8 +370,11 @@ pub struct CheckReport {
 pub struct Limits {
     pub max_key_bytes: usize,
     pub max_value_bytes: u64,
-    /// The most bytes of one transaction's journal record (each put costs
-    /// its key, its value and 7 bytes; each delete its key and 3).
+    /// The most bytes of one transaction's journal record: 1, plus 11 and
+    /// its key and value for each put, 7 and its key for each delete (the
+    /// key's 4-byte table prefix included), 5 for each dropped table, and
+    /// the catalog's entries: its name + 15 for each table created (and 15
+    /// once for the next table id), its name + 7 for each table dropped.
     pub max_transaction_bytes: usize,
 }
 
