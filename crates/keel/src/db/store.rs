@@ -82,6 +82,8 @@ pub(crate) struct Counters {
     pub checkpoint_pages: AtomicU64,
     pub checkpoint_us: AtomicU64,
     pub commits: AtomicU64,
+    /// Nanoseconds commits held the writer slot inside `commit`.
+    pub commit_writer_ns: AtomicU64,
 }
 
 pub(crate) struct Shared {
@@ -490,12 +492,16 @@ impl Shared {
     /// Commit a validated record: submit it, start its write, apply it to
     /// the writer's tree while the write is in flight, give the writer
     /// slot back, then wait for durability (or not) and publish.
+    /// `started` is when `WriteTxn::commit` began encoding the record: the
+    /// time from there to giving the writer slot back is counted in
+    /// `commit_writer_ns`.
     pub(crate) fn commit(
         self: &Arc<Self>,
         mut w: WriterState,
         record: Vec<u8>,
         ops: &[Op<'_>],
         durability: Durability,
+        started: Instant,
     ) -> Result<()> {
         if let Err(e) = self.check_poison() {
             self.put_writer(w);
@@ -528,6 +534,9 @@ impl Shared {
         w.tree = tree.clone();
         w.last_lsn = lsn;
         self.put_writer(w);
+        self.counters
+            .commit_writer_ns
+            .fetch_add(started.elapsed().as_nanos() as u64, Ordering::Relaxed);
         let since = self
             .bytes_since_checkpoint
             .fetch_add(record.len() as u64, Ordering::Relaxed)
