@@ -463,12 +463,17 @@ impl Shared {
     /// may wake out of order, and the published root never moves back.
     pub(crate) fn publish(&self, lsn: Lsn, tree: Tree) {
         let mut v = lock(&self.view);
-        if lsn > v.lsn {
-            v.tree = tree;
+        let replaced = (lsn > v.lsn).then(|| {
             v.lsn = lsn;
-        }
+            std::mem::replace(&mut v.tree, tree)
+        });
         drop(v);
         self.view_cv.notify_all();
+        // Dropping the replaced root frees the nodes only it held (those
+        // the commit copied): about a fifth of a w3 commit's CPU time
+        // (perf, 2026-11-23). Outside the lock, so `begin_read` never
+        // waits for it.
+        drop(replaced);
     }
 
     /// The published LSN.
