@@ -1,6 +1,7 @@
 //! `keel bench commit` speaks the commit-benchmark protocol: all flags in
 //! the protocol's order, one JSON line on stdout with the named fields, a
-//! nonzero exit and an `error` field on failure; and `keel bench journal
+//! nonzero exit and an `error` field on failure, on the store (the default
+//! engine), the journal and the raw floor; and `keel bench journal
 //! --vs-raw --quick` prints its table. Small counts: these check the
 //! interface, not the speed.
 
@@ -72,7 +73,8 @@ fn check_fields(v: &serde_json::Value) {
 #[test]
 fn w1_w2_w3_on_the_journal() {
     let dir = scratch("bench-commit");
-    let out = protocol(&dir, "w1", (1, 16384, 64, 0.0, 1), &[]);
+    let journal = ["--engine", "journal"];
+    let out = protocol(&dir, "w1", (1, 16384, 64, 0.0, 1), &journal);
     assert!(out.status.success(), "{out:?}");
     let v = last_json(&out);
     check_fields(&v);
@@ -83,14 +85,14 @@ fn w1_w2_w3_on_the_journal() {
         "one commit at a time: one write each"
     );
 
-    let out = protocol(&dir, "w2", (4, 128, 0, 0.2, 1), &[]);
+    let out = protocol(&dir, "w2", (4, 128, 0, 0.2, 1), &journal);
     assert!(out.status.success(), "{out:?}");
     let v = last_json(&out);
     check_fields(&v);
     assert!(v["commits"].as_u64().unwrap() > 0);
     assert_eq!(v["info"]["threads"], 4);
 
-    let out = protocol(&dir, "w3", (1, 100, 20, 0.0, 10), &[]);
+    let out = protocol(&dir, "w3", (1, 100, 20, 0.0, 10), &journal);
     assert!(out.status.success(), "{out:?}");
     let v = last_json(&out);
     check_fields(&v);
@@ -101,6 +103,112 @@ fn w1_w2_w3_on_the_journal() {
     assert_eq!(v["info"]["record_bytes"], 4 + 10 * (6 + 16 + 100));
 
     // The files are gone; the directory stays (it was given).
+    assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 0);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The store's fields besides the protocol's.
+fn check_store_fields(v: &serde_json::Value) {
+    check_fields(v);
+    let info = &v["info"];
+    assert_eq!(info["engine"], "store", "{v}");
+    for f in [
+        "checkpoints",
+        "checkpoint_pages",
+        "checkpoint_ms",
+        "writes",
+        "records_per_write",
+        "cache_hits",
+        "cache_misses",
+    ] {
+        assert!(info[f].is_number(), "info.{f} missing in {v}");
+    }
+    assert_eq!(info["options"]["durability"], "immediate", "{v}");
+}
+
+/// Per commit: waiting for the writer, building, commit's part with the
+/// writer, the rest of the commit call; serial = build + writer part.
+fn check_serial_fields(v: &serde_json::Value) {
+    let info = &v["info"];
+    let f = |name: &str| {
+        info[name]
+            .as_f64()
+            .unwrap_or_else(|| panic!("info.{name} missing in {v}"))
+    };
+    assert!(f("begin_wait_us_per_commit") >= 0.0);
+    assert!(f("commit_writer_us_per_commit") > 0.0, "{v}");
+    assert!(f("commit_call_us_per_commit") >= f("commit_writer_us_per_commit"));
+    let serial = f("build_us_per_commit") + f("commit_writer_us_per_commit");
+    assert!((f("serial_us_per_commit") - serial).abs() < 0.05, "{v}");
+    assert_eq!(info["store_commits"], v["commits"], "{v}");
+    assert!(info["after_timing"].is_string(), "{v}");
+}
+
+#[test]
+fn store_is_the_default_and_runs_every_workload() {
+    let dir = scratch("bench-commit-store");
+    let out = protocol(&dir, "w1", (1, 16384, 20, 0.0, 1), &[]);
+    assert!(out.status.success(), "{out:?}");
+    let v = last_json(&out);
+    check_store_fields(&v);
+    check_serial_fields(&v);
+    assert_eq!(v["commits"], 20);
+    // A type byte, then per put 7 bytes of op and lengths, the table's
+    // 4-byte id and the 16-byte key, the value.
+    assert_eq!(v["info"]["record_bytes"], 1 + 7 + 4 + 16 + 16384);
+    assert_eq!(v["info"]["writes"], 20, "one commit at a time: {v}");
+
+    let out = protocol(&dir, "w2", (4, 128, 0, 0.3, 1), &["--engine", "store"]);
+    assert!(out.status.success(), "{out:?}");
+    let v = last_json(&out);
+    check_store_fields(&v);
+    check_serial_fields(&v);
+    assert!(v["commits"].as_u64().unwrap() > 0);
+    assert_eq!(v["info"]["threads"], 4);
+
+    let out = protocol(&dir, "w3", (1, 100, 20, 0.0, 10), &[]);
+    assert!(out.status.success(), "{out:?}");
+    let v = last_json(&out);
+    check_store_fields(&v);
+    check_serial_fields(&v);
+    assert_eq!(
+        (v["commits"].as_u64(), v["ops"].as_u64()),
+        (Some(20), Some(200))
+    );
+    assert_eq!(v["info"]["record_bytes"], 1 + 10 * (7 + 4 + 16 + 100));
+
+    // r1: a few thousand keys, two readers for a second; every get found
+    // its key (a missing one fails the run).
+    let out = protocol(&dir, "r1", (2, 100, 3000, 1.0, 500), &[]);
+    assert!(out.status.success(), "{out:?}");
+    let v = last_json(&out);
+    check_store_fields(&v);
+    let info = &v["info"];
+    assert_eq!(info["workload"], "r1");
+    assert_eq!(
+        (info["keys"].as_u64(), info["threads"].as_u64()),
+        (Some(3000), Some(2))
+    );
+    assert_eq!(info["gets_per_read_txn"], 1);
+    assert!(info["tree_depth"].as_u64().unwrap() >= 2, "{v}");
+    assert!(info["value_byte_sum"].is_number(), "{v}");
+    assert_eq!(info["checkpoints"], 0, "nothing written while reading: {v}");
+    assert!(info["before_timing"]
+        .as_str()
+        .unwrap()
+        .contains("loaded 3000"));
+    let gets = v["commits"].as_u64().unwrap();
+    assert!(gets > 100, "{v}");
+    let rate = v["commits_per_s"].as_f64().unwrap();
+    let total_s = v["total_ms"].as_f64().unwrap() / 1e3;
+    assert!(
+        (rate * total_s - gets as f64).abs() < 2.0,
+        "gets per second: {v}"
+    );
+    assert!((0.9..3.0).contains(&total_s), "{v}");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("gets/s"));
+
+    // The store's directory is gone; the given directory stays.
     assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 0);
     let _ = std::fs::remove_dir_all(&dir);
 }
@@ -128,13 +236,21 @@ fn raw_floor_speaks_the_same_protocol() {
 fn failures_exit_nonzero_with_an_error_field() {
     let dir = scratch("bench-commit-err");
     // r1 needs a store.
-    let out = protocol(&dir, "r1", (1, 100, 1000, 3.0, 1000), &[]);
-    assert!(!out.status.success());
-    assert_eq!(
-        last_json(&out)["error"],
-        "r1 needs a store; the journal has no reads"
-    );
-    assert!(String::from_utf8_lossy(&out.stderr).contains("r1 needs a store"));
+    for (engine, what) in [("journal", "the journal"), ("raw", "the raw floor")] {
+        let out = protocol(&dir, "r1", (1, 100, 1000, 3.0, 1000), &["--engine", engine]);
+        assert!(!out.status.success());
+        assert_eq!(
+            last_json(&out)["error"],
+            format!("r1 needs a store; {what} has no reads")
+        );
+        assert!(String::from_utf8_lossy(&out.stderr).contains("r1 needs a store"));
+    }
+    // r1 needs keys to load and a duration to read for.
+    for n in [(1, 100, 0, 1.0, 100), (1, 100, 1000, 0.0, 100)] {
+        let out = protocol(&dir, "r1", n, &[]);
+        assert_eq!(out.status.code(), Some(1), "{n:?}: {out:?}");
+        assert!(last_json(&out)["error"].is_string(), "{out:?}");
+    }
     // Neither a count nor a duration.
     let out = protocol(&dir, "w2", (1, 128, 0, 0.0, 1), &[]);
     assert!(!out.status.success());

@@ -202,6 +202,13 @@ pub struct Stats {
     pub checkpoint_pages: u64,
     pub checkpoint_ms: f64,
     pub commits: u64,
+    /// Time commits held the writer slot inside `WriteTxn::commit`:
+    /// encoding the record, submitting it to the journal, applying it to
+    /// the tree (while the journal writes it). No other write transaction
+    /// runs meanwhile; the wait for durability that follows is not
+    /// counted. The time between `begin_write` and `commit` is the
+    /// caller's, and not counted either.
+    pub commit_writer_ms: f64,
     /// Record bytes committed that no checkpoint covers yet.
     pub uncheckpointed_bytes: u64,
     pub cache: CacheStats,
@@ -296,6 +303,7 @@ impl Database {
             checkpoint_pages: c.checkpoint_pages.load(Ordering::Relaxed),
             checkpoint_ms: c.checkpoint_us.load(Ordering::Relaxed) as f64 / 1000.0,
             commits: c.commits.load(Ordering::Relaxed),
+            commit_writer_ms: c.commit_writer_ns.load(Ordering::Relaxed) as f64 / 1e6,
             uncheckpointed_bytes: s.bytes_since_checkpoint.load(Ordering::Relaxed),
             cache: s.cache.stats(),
             journal: s.journal.stats(),

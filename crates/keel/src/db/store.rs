@@ -68,12 +68,17 @@ impl Published {
     /// may wake out of order, and the published root never moves back.
     fn publish(&self, lsn: Lsn, tree: Tree) {
         let mut v = lock(&self.view);
-        if lsn > v.lsn {
-            v.tree = tree;
+        let replaced = (lsn > v.lsn).then(|| {
             v.lsn = lsn;
-        }
+            std::mem::replace(&mut v.tree, tree)
+        });
         drop(v);
         self.view_cv.notify_all();
+        // Dropping the replaced root frees the nodes only it held (those
+        // the commit copied): about a fifth of a w3 commit's CPU time
+        // (perf, 2026-11-23). Outside the lock, so `begin_read` never
+        // waits for it.
+        drop(replaced);
     }
 
     /// Record the first failure; wake whoever waits for publication.
@@ -116,6 +121,8 @@ pub(crate) struct Counters {
     pub checkpoint_pages: AtomicU64,
     pub checkpoint_us: AtomicU64,
     pub commits: AtomicU64,
+    /// Nanoseconds commits held the writer slot inside `commit`.
+    pub commit_writer_ns: AtomicU64,
 }
 
 pub(crate) struct Shared {
@@ -527,12 +534,16 @@ impl Shared {
     /// Commit a validated record: submit it, start its write, apply it to
     /// the writer's tree while the write is in flight, give the writer
     /// slot back, then wait for durability (or not) and publish.
+    /// `started` is when `WriteTxn::commit` began encoding the record: the
+    /// time from there to giving the writer slot back is counted in
+    /// `commit_writer_ns`.
     pub(crate) fn commit(
         self: &Arc<Self>,
         mut w: WriterState,
         record: Vec<u8>,
         ops: &[Op<'_>],
         durability: Durability,
+        started: Instant,
     ) -> Result<()> {
         if let Err(e) = self.check_poison() {
             self.put_writer(w);
@@ -565,6 +576,9 @@ impl Shared {
         w.tree = tree.clone();
         w.last_lsn = lsn;
         self.put_writer(w);
+        self.counters
+            .commit_writer_ns
+            .fetch_add(started.elapsed().as_nanos() as u64, Ordering::Relaxed);
         let since = self
             .bytes_since_checkpoint
             .fetch_add(record.len() as u64, Ordering::Relaxed)

@@ -552,6 +552,7 @@ impl WriteTxn {
     /// happened; after (`CommitFailed`), the store stops accepting writes
     /// and reopening tells whether the commit is there.
     pub fn commit(mut self) -> Result<()> {
+        let started = std::time::Instant::now();
         let state = self.state.take().expect("an open transaction");
         if self.overlay.is_empty() && self.dropped.is_empty() {
             // Nothing to write; but `Immediate` still means that every
@@ -584,7 +585,8 @@ impl WriteTxn {
                 max: self.max_record(),
             });
         }
-        self.shared.commit(state, rec, &ops, self.durability)
+        self.shared
+            .commit(state, rec, &ops, self.durability, started)
     }
 
     /// Discard the changes (as dropping does).

@@ -1,11 +1,16 @@
 //! `keel bench commit`: the commit-benchmark protocol (`docs/BENCH-PROTOCOL.md`)
-//! on Keel's journal, or on the raw floor the journal is measured against.
+//! on Keel's store (the default, [`store`]), on its journal alone, or on the
+//! raw floor both are measured against.
 //!
 //! One run = open (untimed: segments created and zero-filled), a start
 //! barrier, T threads committing, the last thread's end. The run prints one
 //! JSON line on stdout, a summary on stderr.
 //!
-//! **Records.** A transaction is one journal record: `u32` number of puts,
+//! **The store** (`--engine store`): a transaction is a write transaction
+//! putting the same keys and values into one table (see [`store`]); r1
+//! runs there only.
+//!
+//! **Journal records** (`--engine journal`). A transaction is one journal record: `u32` number of puts,
 //! then each put as `u16` key length, `u32` value length, key, value (all
 //! little-endian). w1/w2: one put with a 16-byte key (thread id, sequence
 //! number, big-endian) and a `--size`-byte value; w3: `--batch` puts of a
@@ -33,6 +38,8 @@ use keel::journal::{BatchStart, Journal, JournalOptions, JournalStats};
 use rand::Rng;
 use serde_json::json;
 
+mod store;
+
 use super::report::{BenchDir, BenchFile, BenchTree, LatencyRecorder, RandomPool};
 use crate::util::{ensure_dir, format_size, format_size_approx, Size};
 
@@ -44,7 +51,8 @@ pub enum Workload {
     W2,
     /// N transactions of B puts (random 16-byte key + SIZE-byte value).
     W3,
-    /// Point reads: needs a store, not supported by the journal.
+    /// Point reads of N loaded keys, each get in its own read transaction
+    /// (the store only).
     R1,
 }
 
@@ -61,7 +69,9 @@ impl Workload {
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum Engine {
-    /// Keel's journal.
+    /// Keel's store: write transactions into a table (the default).
+    Store,
+    /// Keel's journal alone: one record per transaction.
     Journal,
     /// The raw floor: the same commits as bare durable writes.
     Raw,
@@ -85,7 +95,8 @@ pub enum Values {
     and an `error` field mark a failed run.")]
 pub struct CommitArgs {
     /// Workload: w1 (serial 16 KiB commits), w2 (T threads, R-byte
-    /// commits), w3 (transactions of B puts); r1 needs a store and fails.
+    /// commits), w3 (transactions of B puts), r1 (point reads of N loaded
+    /// keys; the store only).
     #[arg(long, value_enum)]
     pub workload: Workload,
     /// Committing threads (default 1).
@@ -95,20 +106,23 @@ pub struct CommitArgs {
     #[arg(long)]
     pub size: Option<Size>,
     /// Commits in all (0: run for --duration). Default: w1 4096, w3 10000.
+    /// r1: keys loaded (default 1000000).
     #[arg(long)]
     pub count: Option<u64>,
-    /// Seconds to run (0: do --count commits). Default: w2 3.
+    /// Seconds to run (0: do --count commits). Default: w2 3. r1: seconds
+    /// of reads (default 3).
     #[arg(long)]
     pub duration: Option<f64>,
     /// Directory for the files (created if missing; default: a fresh
     /// `keel-bench-commit-<pid>` here). Files are removed afterwards.
     #[arg(long)]
     pub dir: Option<PathBuf>,
-    /// Puts per transaction (w3; default 100, else 1).
+    /// Puts per transaction (w3, and r1's load; default w3 100, r1 1000,
+    /// else 1).
     #[arg(long)]
     pub batch: Option<usize>,
-    /// What to measure: the journal, or the raw floor.
-    #[arg(long, value_enum, default_value_t = Engine::Journal)]
+    /// What to measure: the store, the journal alone, or the raw floor.
+    #[arg(long, value_enum, default_value_t = Engine::Store)]
     pub engine: Engine,
     #[command(flatten)]
     pub journal: JournalFlags,
@@ -206,10 +220,10 @@ pub struct Spec {
 impl Spec {
     pub fn from_args(a: &CommitArgs) -> anyhow::Result<Spec> {
         let w = a.workload;
-        if w == Workload::R1 {
-            // The protocol's point-read workload: nothing to read from until
-            // Keel has a store on top of the journal.
-            bail!("r1 needs a store; the journal has no reads");
+        match (w, a.engine) {
+            (Workload::R1, Engine::Journal) => bail!("r1 needs a store; the journal has no reads"),
+            (Workload::R1, Engine::Raw) => bail!("r1 needs a store; the raw floor has no reads"),
+            _ => {}
         }
         let spec = Spec {
             workload: w,
@@ -225,12 +239,18 @@ impl Spec {
             count: a.count.unwrap_or(match w {
                 Workload::W1 => 4096,
                 Workload::W3 => 10_000,
-                _ => 0,
+                Workload::R1 => 1_000_000,
+                Workload::W2 => 0,
             }),
-            duration: a
-                .duration
-                .unwrap_or(if w == Workload::W2 { 3.0 } else { 0.0 }),
-            batch: a.batch.unwrap_or(if w == Workload::W3 { 100 } else { 1 }),
+            duration: a.duration.unwrap_or(match w {
+                Workload::W2 | Workload::R1 => 3.0,
+                _ => 0.0,
+            }),
+            batch: a.batch.unwrap_or(match w {
+                Workload::W3 => 100,
+                Workload::R1 => 1000,
+                _ => 1,
+            }),
             engine: a.engine,
             method: a.journal.method,
             segment_size: a.journal.segment_size.bytes(),
@@ -262,11 +282,15 @@ impl Spec {
         if !self.duration.is_finite() || self.duration < 0.0 {
             bail!("--duration must be a number of seconds ≥ 0");
         }
-        if (self.count == 0) == (self.duration == 0.0) {
+        if self.workload == Workload::R1 {
+            if self.count == 0 || self.duration == 0.0 {
+                bail!("r1 needs both --count (keys to load) and --duration (seconds of reads)");
+            }
+        } else if (self.count == 0) == (self.duration == 0.0) {
             bail!("give exactly one of --count N or --duration SECS (the other 0)");
         }
-        if self.workload != Workload::W3 && self.batch != 1 {
-            bail!("--batch applies to w3 only (w1 and w2 commit one put per transaction)");
+        if matches!(self.workload, Workload::W1 | Workload::W2) && self.batch != 1 {
+            bail!("--batch applies to w3 and r1 only (w1 and w2 commit one put per transaction)");
         }
         Ok(())
     }
@@ -323,11 +347,23 @@ impl Spec {
     }
 
     /// Bytes of one transaction as committed: the journal's record (see
-    /// the module comment), or the raw floor's bare keys and values.
+    /// the module comment), the store's journal record, or the raw floor's
+    /// bare keys and values.
     pub fn record_bytes(&self) -> usize {
         match self.engine {
+            Engine::Store => store::record_bytes(self.batch, self.size),
             Engine::Journal => 4 + self.batch * (6 + 16 + self.size),
             Engine::Raw => self.batch * (16 + self.size),
+        }
+    }
+
+    /// The bytes from which each commit's keys and values are taken:
+    /// framed as a journal record for the journal engine, bare
+    /// `batch × (key, value)` otherwise.
+    fn encoded_bytes(&self) -> usize {
+        match self.engine {
+            Engine::Journal => self.record_bytes(),
+            _ => self.batch * (16 + self.size),
         }
     }
 }
@@ -382,7 +418,7 @@ impl Outcome {
     }
 }
 
-fn round(x: f64, decimals: i32) -> f64 {
+pub(super) fn round(x: f64, decimals: i32) -> f64 {
     let p = 10f64.powi(decimals);
     (x * p).round() / p
 }
@@ -396,18 +432,29 @@ pub fn run(args: CommitArgs) -> anyhow::Result<std::process::ExitCode> {
     });
     match result {
         Ok((spec, out)) => {
+            let unit = if spec.workload == Workload::R1 {
+                "gets"
+            } else {
+                "commits"
+            };
             eprintln!(
-                "{} {} T={} size={}: {:.0} commits/s, p50 {:.0} µs, p99 {:.0} µs, {:.2} context \
-                 switches and {:.1} µs CPU per commit",
+                "{} {} T={} size={}: {:.0} {}/s, p50 {:.0} µs, p99 {:.0} µs, {:.2} context \
+                 switches and {:.1} µs CPU per {}",
                 out.info["engine"].as_str().unwrap_or("?"),
                 spec.workload.name(),
                 spec.threads,
                 format_size(spec.size as u64),
                 out.commits_per_s(),
+                unit,
                 out.latency.quantile_us(0.5),
                 out.latency.quantile_us(0.99),
                 out.cs_per_commit(),
                 out.cpu_us_per_commit(),
+                if spec.workload == Workload::R1 {
+                    "get"
+                } else {
+                    "commit"
+                },
             );
             println!("{}", out.to_json(&spec));
             Ok(std::process::ExitCode::SUCCESS)
@@ -442,7 +489,7 @@ pub fn with_dir<T>(
 }
 
 /// Process-wide context switches and CPU time (µs) so far.
-fn rusage() -> (u64, f64) {
+pub(super) fn rusage() -> (u64, f64) {
     // SAFETY: getrusage only writes into the zeroed struct we pass it.
     let u = unsafe {
         let mut u: libc::rusage = std::mem::zeroed();
@@ -456,7 +503,7 @@ fn rusage() -> (u64, f64) {
 
 /// Values for the run, filled before timing: the benches' random pool, or
 /// compressible text.
-enum ValuePool {
+pub(super) enum ValuePool {
     Random(RandomPool),
     Text(Vec<u8>),
 }
@@ -465,7 +512,7 @@ enum ValuePool {
 const VALUE_SLACK_BYTES: usize = 1 << 20;
 
 impl ValuePool {
-    fn new(size: usize, values: Values) -> ValuePool {
+    pub(super) fn new(size: usize, values: Values) -> ValuePool {
         match values {
             Values::Random => ValuePool::Random(RandomPool::new(size, VALUE_SLACK_BYTES)),
             Values::Text => ValuePool::Text(
@@ -479,7 +526,7 @@ impl ValuePool {
         }
     }
 
-    fn value(&self, i: u64, size: usize) -> &[u8] {
+    pub(super) fn value(&self, i: u64, size: usize) -> &[u8] {
         match self {
             ValuePool::Random(pool) => pool.payload(i, size),
             ValuePool::Text(buf) => {
@@ -525,7 +572,7 @@ fn encode(
 }
 
 /// What each committer does per transaction.
-trait Committer: Sync {
+pub(super) trait Committer: Sync {
     fn commit(&self, thread: usize, record: &[u8], value_bytes: usize) -> anyhow::Result<()>;
 }
 
@@ -597,8 +644,17 @@ impl RawCommitter {
 
 /// One run in `dir`: set up (untimed), commit, tear down.
 pub fn run_one(spec: &Spec, dir: &Path) -> anyhow::Result<Outcome> {
-    let vfs = RealVfs::shared();
     let pool = ValuePool::new(spec.size, spec.values);
+    match spec.engine {
+        Engine::Store => store::run(spec, dir, &pool),
+        Engine::Journal => run_journal(spec, dir, &pool),
+        Engine::Raw => run_raw(spec, dir, &pool),
+    }
+}
+
+/// Bytes of records to prepare journal segments for before timing, so
+/// that none is zero-filled during the run.
+pub(super) fn journal_bytes_to_prepare(spec: &Spec) -> u64 {
     let record_bytes = spec.record_bytes();
     // With fresh blocks every batch starts on a block of its own: count a
     // block per record, the most it can take.
@@ -606,7 +662,7 @@ pub fn run_one(spec: &Spec, dir: &Path) -> anyhow::Result<Outcome> {
         BatchStartArg::Rewrite => record_bytes as u64 + 32,
         _ => (record_bytes as u64 + 32).next_multiple_of(4096),
     };
-    let expected_bytes = match spec.preallocate {
+    match spec.preallocate {
         Some(b) => b,
         None if spec.count > 0 => spec.count * per_record_bytes,
         // A duration run: what the fastest rate seen on our machines (per
@@ -618,154 +674,160 @@ pub fn run_one(spec: &Spec, dir: &Path) -> anyhow::Result<Outcome> {
             let bytes = spec.duration * rate * per_record_bytes as f64 * 1.5;
             (bytes as u64).clamp(1 << 20, 640 << 20)
         }
-    };
-    match spec.engine {
-        Engine::Journal => {
-            let jdir = dir.join("keel-bench-journal");
-            if jdir.exists() {
-                bail!(
-                    "{} exists (left by an interrupted run?): remove it, or choose another --dir",
-                    jdir.display()
-                );
-            }
-            let _cleanup = BenchTree::new(jdir.clone());
-            let opts = JournalOptions {
-                segment_size_bytes: spec.segment_size,
-                method: spec.method,
-                lz4_min_bytes: spec.lz4,
-                writes_in_flight: spec.writes_in_flight,
-                batch_start: spec.batch_start.to_journal(),
-                ..JournalOptions::default()
-            };
-            let t0 = Instant::now();
-            let j = Journal::open(vfs.clone(), &jdir, opts)
-                .with_context(|| format!("opening a journal in {}", jdir.display()))?;
-            let prepared = j.preallocate(expected_bytes)?;
-            let setup_ms = t0.elapsed().as_secs_f64() * 1e3;
-            let method = j.method();
-            let segments_before = j.stats();
-            let c = JournalCommitter(j, spec.start);
-            settle(dir);
-            let mut out = timed(spec, &pool, &c)?;
-            let st: JournalStats = c.0.stats();
-            let created = st.segments_created - segments_before.segments_created;
-            let writes = st.writes - segments_before.writes;
-            out.info = json!({
-                "engine": "journal",
-                "method": method.name(),
-                "workload": spec.workload.name(),
-                "threads": spec.threads,
-                "size": spec.size,
-                "batch": spec.batch,
-                "record_bytes": record_bytes,
-                "segment_bytes": spec.segment_size,
-                "block_bytes": c.0.options().block_size_bytes,
-                "max_write_bytes": c.0.options().max_write_bytes,
-                "lz4_min_bytes": spec.lz4,
-                "writes_in_flight": spec.writes_in_flight,
-                "batch_start": spec.batch_start.name(),
-                "commit_path": if spec.start { "submit, start, wait" } else { "append" },
-                "values": if spec.values == Values::Random { "random" } else { "text" },
-                "before_timing": format!(
-                    "opened a fresh journal and prepared {} segment(s) of {} (zero-filled, header \
-                     written, synced) for {} of records, in {:.0} ms",
-                    // The active segment, the spares made at open, and
-                    // those `preallocate` added.
-                    1 + c.0.options().spare_segments + prepared,
-                    format_size(spec.segment_size),
-                    format_size_approx(expected_bytes),
-                    setup_ms
-                ),
-                "writes": writes,
-                "records_per_write": round(out.commits as f64 / writes.max(1) as f64, 2),
-                "bytes_written": st.bytes_written - segments_before.bytes_written,
-                "rollovers": st.rollovers - segments_before.rollovers,
-                "overlapped_writes": st.overlapped_writes - segments_before.overlapped_writes,
-                "segments_prepared_during_run": created,
-                "durable": "each commit returns after the journal's durable write (or write + sync) of its batch",
-            });
-            drop(c);
-            Ok(out)
-        }
-        Engine::Raw => {
-            let block = vfs.block_size(dir).unwrap_or(4096).max(4096);
-            let buffered = spec.workload == Workload::W3;
-            let per_commit = if buffered {
-                record_bytes as u64
-            } else {
-                (record_bytes.div_ceil(block).max(1) * block) as u64
-            };
-            let wanted = if spec.count > 0 {
-                spec.count.div_ceil(spec.threads as u64) * per_commit
-            } else {
-                (256u64 << 20) / spec.threads as u64
-            };
-            let region_bytes =
-                wanted.clamp(per_commit, 1 << 30).div_ceil(block as u64) * block as u64;
-            let file_bytes = region_bytes * spec.threads as u64;
-            let guard = BenchFile::new(dir.join("raw-floor.dat"))?;
-            let mode = if buffered {
-                OpenMode::Buffered
-            } else {
-                OpenMode::DirectDsync
-            };
-            let t0 = Instant::now();
-            let file = vfs.open(guard.path(), OpenOptions::new(mode).create(true))?;
-            file.zero_fill(0, file_bytes)?;
-            file.sync(SyncKind::All)?;
-            vfs.sync_dir(dir)?;
-            let setup_ms = t0.elapsed().as_secs_f64() * 1e3;
-            let c = RawCommitter {
-                file,
-                block,
-                region_bytes,
-                next: (0..spec.threads).map(|_| AtomicU64::new(0)).collect(),
-                buffered,
-                bufs: (0..spec.threads)
-                    .map(|_| std::sync::Mutex::new(AlignedBuf::new(per_commit as usize, block)))
-                    .collect(),
-            };
-            settle(dir);
-            let mut out = timed(spec, &pool, &c)?;
-            out.info = json!({
-                "engine": "raw",
-                "method": if buffered { "pwrite + fdatasync" } else { "odirect_dsync" },
-                "workload": spec.workload.name(),
-                "threads": spec.threads,
-                "size": spec.size,
-                "batch": spec.batch,
-                "bytes_per_commit": per_commit,
-                "block_bytes": block,
-                "before_timing": format!(
-                    "created a {} file, zero-filled and synced, in {:.0} ms{}",
-                    format_size_approx(file_bytes),
-                    setup_ms,
-                    if spec.threads > 1 { "; one region per thread" } else { "" }
-                ),
-                "durable": if buffered {
-                    "one pwrite of the transaction's keys and values (no framing), then fdatasync, per commit"
-                } else {
-                    "one pwrite of the commit's key and value, zero-padded to the block, on an O_DIRECT|O_DSYNC descriptor per commit"
-                },
-            });
-            drop(c);
-            drop(guard);
-            Ok(out)
-        }
     }
+}
+
+/// The journal engine: one record per transaction.
+fn run_journal(spec: &Spec, dir: &Path, pool: &ValuePool) -> anyhow::Result<Outcome> {
+    let vfs = RealVfs::shared();
+    let record_bytes = spec.record_bytes();
+    let expected_bytes = journal_bytes_to_prepare(spec);
+    let jdir = dir.join("keel-bench-journal");
+    if jdir.exists() {
+        bail!(
+            "{} exists (left by an interrupted run?): remove it, or choose another --dir",
+            jdir.display()
+        );
+    }
+    let _cleanup = BenchTree::new(jdir.clone());
+    let opts = JournalOptions {
+        segment_size_bytes: spec.segment_size,
+        method: spec.method,
+        lz4_min_bytes: spec.lz4,
+        writes_in_flight: spec.writes_in_flight,
+        batch_start: spec.batch_start.to_journal(),
+        ..JournalOptions::default()
+    };
+    let t0 = Instant::now();
+    let j = Journal::open(vfs.clone(), &jdir, opts)
+        .with_context(|| format!("opening a journal in {}", jdir.display()))?;
+    let prepared = j.preallocate(expected_bytes)?;
+    let setup_ms = t0.elapsed().as_secs_f64() * 1e3;
+    let method = j.method();
+    let segments_before = j.stats();
+    let c = JournalCommitter(j, spec.start);
+    settle(dir);
+    let mut out = timed(spec, pool, &c)?;
+    let st: JournalStats = c.0.stats();
+    let created = st.segments_created - segments_before.segments_created;
+    let writes = st.writes - segments_before.writes;
+    out.info = json!({
+        "engine": "journal",
+        "method": method.name(),
+        "workload": spec.workload.name(),
+        "threads": spec.threads,
+        "size": spec.size,
+        "batch": spec.batch,
+        "record_bytes": record_bytes,
+        "segment_bytes": spec.segment_size,
+        "block_bytes": c.0.options().block_size_bytes,
+        "max_write_bytes": c.0.options().max_write_bytes,
+        "lz4_min_bytes": spec.lz4,
+        "writes_in_flight": spec.writes_in_flight,
+        "batch_start": spec.batch_start.name(),
+        "commit_path": if spec.start { "submit, start, wait" } else { "append" },
+        "values": if spec.values == Values::Random { "random" } else { "text" },
+        "before_timing": format!(
+            "opened a fresh journal and prepared {} segment(s) of {} (zero-filled, header \
+             written, synced) for {} of records, in {:.0} ms",
+            // The active segment, the spares made at open, and
+            // those `preallocate` added.
+            1 + c.0.options().spare_segments + prepared,
+            format_size(spec.segment_size),
+            format_size_approx(expected_bytes),
+            setup_ms
+        ),
+        "writes": writes,
+        "records_per_write": round(out.commits as f64 / writes.max(1) as f64, 2),
+        "bytes_written": st.bytes_written - segments_before.bytes_written,
+        "rollovers": st.rollovers - segments_before.rollovers,
+        "overlapped_writes": st.overlapped_writes - segments_before.overlapped_writes,
+        "segments_prepared_during_run": created,
+        "durable": "each commit returns after the journal's durable write (or write + sync) of its batch",
+    });
+    drop(c);
+    Ok(out)
+}
+
+/// The raw floor: the same keys and values as bare durable writes.
+fn run_raw(spec: &Spec, dir: &Path, pool: &ValuePool) -> anyhow::Result<Outcome> {
+    let vfs = RealVfs::shared();
+    let record_bytes = spec.record_bytes();
+    let block = vfs.block_size(dir).unwrap_or(4096).max(4096);
+    let buffered = spec.workload == Workload::W3;
+    let per_commit = if buffered {
+        record_bytes as u64
+    } else {
+        (record_bytes.div_ceil(block).max(1) * block) as u64
+    };
+    let wanted = if spec.count > 0 {
+        spec.count.div_ceil(spec.threads as u64) * per_commit
+    } else {
+        (256u64 << 20) / spec.threads as u64
+    };
+    let region_bytes = wanted.clamp(per_commit, 1 << 30).div_ceil(block as u64) * block as u64;
+    let file_bytes = region_bytes * spec.threads as u64;
+    let guard = BenchFile::new(dir.join("raw-floor.dat"))?;
+    let mode = if buffered {
+        OpenMode::Buffered
+    } else {
+        OpenMode::DirectDsync
+    };
+    let t0 = Instant::now();
+    let file = vfs.open(guard.path(), OpenOptions::new(mode).create(true))?;
+    file.zero_fill(0, file_bytes)?;
+    file.sync(SyncKind::All)?;
+    vfs.sync_dir(dir)?;
+    let setup_ms = t0.elapsed().as_secs_f64() * 1e3;
+    let c = RawCommitter {
+        file,
+        block,
+        region_bytes,
+        next: (0..spec.threads).map(|_| AtomicU64::new(0)).collect(),
+        buffered,
+        bufs: (0..spec.threads)
+            .map(|_| std::sync::Mutex::new(AlignedBuf::new(per_commit as usize, block)))
+            .collect(),
+    };
+    settle(dir);
+    let mut out = timed(spec, pool, &c)?;
+    out.info = json!({
+        "engine": "raw",
+        "method": if buffered { "pwrite + fdatasync" } else { "odirect_dsync" },
+        "workload": spec.workload.name(),
+        "threads": spec.threads,
+        "size": spec.size,
+        "batch": spec.batch,
+        "bytes_per_commit": per_commit,
+        "block_bytes": block,
+        "before_timing": format!(
+            "created a {} file, zero-filled and synced, in {:.0} ms{}",
+            format_size_approx(file_bytes),
+            setup_ms,
+            if spec.threads > 1 { "; one region per thread" } else { "" }
+        ),
+        "durable": if buffered {
+            "one pwrite of the transaction's keys and values (no framing), then fdatasync, per commit"
+        } else {
+            "one pwrite of the commit's key and value, zero-padded to the block, on an O_DIRECT|O_DSYNC descriptor per commit"
+        },
+    });
+    drop(c);
+    drop(guard);
+    Ok(out)
 }
 
 /// Flush the whole file system holding `dir` (`syncfs`) so that writes and
 /// deletions left by setup, or by an earlier run in the same process, are
 /// not flushed inside the timed region of this one.
-fn settle(dir: &Path) {
+pub(super) fn settle(dir: &Path) {
     if let Ok(d) = std::fs::File::open(dir) {
         let _ = rustix::fs::syncfs(&d);
     }
 }
 
 /// The timed region: barrier, T committers, join.
-fn timed(spec: &Spec, pool: &ValuePool, c: &dyn Committer) -> anyhow::Result<Outcome> {
+pub(super) fn timed(spec: &Spec, pool: &ValuePool, c: &dyn Committer) -> anyhow::Result<Outcome> {
     let barrier = Barrier::new(spec.threads + 1);
     let stop = AtomicBool::new(false);
     let claimed = AtomicU64::new(0);
@@ -779,7 +841,7 @@ fn timed(spec: &Spec, pool: &ValuePool, c: &dyn Committer) -> anyhow::Result<Out
                 s.spawn(move || -> anyhow::Result<(u64, LatencyRecorder)> {
                     let mut rng = rand::rng();
                     let mut lat = LatencyRecorder::new();
-                    let mut record = Vec::with_capacity(spec.record_bytes());
+                    let mut record = Vec::with_capacity(spec.encoded_bytes());
                     let mut seq = 0u64;
                     barrier.wait();
                     loop {
