@@ -350,10 +350,28 @@ impl Shared {
         let tree = Tree::open(ps, &cache, root)?;
         let (freelist_pages, free) = read_freelist(data.as_ref(), ps, &meta)
             .map_err(|r| corrupt(dir, format!("free list: {r}")))?;
+        // Cheap checks before the list is trusted with allocations (the
+        // full one, against the tree's pages, is `check`).
+        let listed: BTreeSet<PageNo> = free.iter().copied().collect();
+        if listed.len() != free.len()
+            || free.len() as u64 != meta.free_pages
+            || freelist_pages.iter().any(|p| listed.contains(p))
+        {
+            return Err(corrupt(
+                dir,
+                format!(
+                    "free list: {} entries ({} distinct) for the meta page's {}, or listing its own \
+                     pages",
+                    free.len(),
+                    listed.len(),
+                    meta.free_pages
+                ),
+            ));
+        }
         let space = Space {
             meta,
             freelist_pages,
-            free: free.into_iter().collect(),
+            free: listed,
             pending: Vec::new(),
         };
         let shared = Shared {
