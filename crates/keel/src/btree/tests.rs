@@ -277,7 +277,7 @@ fn a_lost_write_is_caught_by_the_parents_checksum() {
     let leaf_page = {
         let t = tm.snapshot();
         let root = t.root().unwrap().as_branch().unwrap();
-        root.child(0).location().unwrap().page
+        root.child_location(0).unwrap().page
     };
     tm.insert(&disk.cache, &key(0), b"new value").unwrap();
     assert!(tm.freed().contains(&leaf_page));
