@@ -4,6 +4,8 @@
 
 use std::cmp::Ordering;
 
+use super::spare;
+
 /// A byte range inside an [`Arena`].
 #[derive(Clone, Copy, Debug, Default)]
 pub(crate) struct Span {
@@ -54,7 +56,7 @@ pub(crate) struct Arena {
 impl Arena {
     pub(crate) fn with_capacity(bytes: usize) -> Arena {
         Arena {
-            bytes: Vec::with_capacity(bytes),
+            bytes: spare::take_bytes(bytes),
             garbage: 0,
         }
     }
@@ -62,7 +64,7 @@ impl Arena {
     /// A copy of the live bytes' buffer with room for at least `capacity`
     /// bytes, so that the copy's owner can add to it without growing it.
     pub(crate) fn copy_with_capacity(&self, capacity: usize) -> Arena {
-        let mut bytes = Vec::with_capacity(capacity.max(self.bytes.len()));
+        let mut bytes = spare::take_bytes(capacity.max(self.bytes.len()));
         bytes.extend_from_slice(&self.bytes);
         Arena {
             bytes,
@@ -139,5 +141,11 @@ impl Arena {
 
     pub(crate) fn heap_bytes(&self) -> usize {
         self.bytes.capacity()
+    }
+}
+
+impl Drop for Arena {
+    fn drop(&mut self) {
+        spare::give_bytes(std::mem::take(&mut self.bytes));
     }
 }

@@ -28,6 +28,7 @@ mod node;
 mod page;
 mod read;
 mod rebalance;
+mod spare;
 mod tree;
 mod write;
 

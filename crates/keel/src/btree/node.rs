@@ -14,6 +14,7 @@ use super::arena::{key_prefix, Arena, KeySpan};
 use super::children::{Child, Children};
 use super::leaf::Leaf;
 use super::page::{BRANCH_CELL_FIXED_BYTES, PAGE_HEADER_BYTES};
+use super::spare;
 use super::Location;
 
 /// Lock a mutex that guards a plain `Option` swap: no panic can leave it
@@ -52,7 +53,7 @@ impl Branch {
     /// A copy for a writer to change, with room for a few more
     /// separators (one split below it adds one) without reallocating.
     pub(crate) fn copy_for_write(&self) -> Branch {
-        let mut keys = Vec::with_capacity((self.keys.len() + 2).next_power_of_two());
+        let mut keys = spare::take_keys((self.keys.len() + 2).next_power_of_two());
         keys.extend_from_slice(&self.keys);
         Branch {
             level: self.level,
@@ -183,21 +184,15 @@ impl Branch {
     pub(crate) fn append(&mut self, separator: &[u8], right: Branch) {
         assert_eq!(self.level, right.level, "merging branches of two levels");
         assert!(!self.is_empty(), "merging into an empty branch");
-        let Branch {
-            keys,
-            arena,
-            children,
-            encoded_bytes,
-            ..
-        } = right;
-        self.encoded_bytes += encoded_bytes - PAGE_HEADER_BYTES + separator.len();
+        let mut right = right;
+        self.encoded_bytes += right.encoded_bytes - PAGE_HEADER_BYTES + separator.len();
         let span = self.arena.push_key(separator);
         self.keys.push(span);
-        for k in keys {
-            let span = self.arena.push_key(arena.key(k));
+        for &k in &right.keys {
+            let span = self.arena.push_key(right.arena.key(k));
             self.keys.push(span);
         }
-        self.children.append(children);
+        self.children.append(std::mem::take(&mut right.children));
     }
 
     fn compact_if_needed(&mut self) {
@@ -216,6 +211,12 @@ impl Branch {
         self.arena.heap_bytes()
             + self.keys.capacity() * std::mem::size_of::<KeySpan>()
             + self.children.heap_bytes()
+    }
+}
+
+impl Drop for Branch {
+    fn drop(&mut self) {
+        spare::give_keys(std::mem::take(&mut self.keys));
     }
 }
 
