@@ -103,12 +103,57 @@ impl Child {
 /// copies.
 const CHUNK: usize = 16;
 
-type Chunk = Arc<Vec<Child>>;
+/// Up to [`CHUNK`] children, the first `len` slots filled: one
+/// allocation with its reference count, one pointer away from the branch.
+#[derive(Clone, Debug)]
+struct Chunk {
+    len: usize,
+    slots: [Option<Child>; CHUNK],
+}
+
+impl Chunk {
+    fn new() -> Chunk {
+        Chunk {
+            len: 0,
+            slots: [const { None }; CHUNK],
+        }
+    }
+
+    fn iter(&self) -> impl Iterator<Item = &Child> {
+        self.slots[..self.len].iter().flatten()
+    }
+
+    fn get(&self, i: usize) -> &Child {
+        self.slots[i].as_ref().expect("a filled slot")
+    }
+
+    fn get_mut(&mut self, i: usize) -> &mut Child {
+        self.slots[i].as_mut().expect("a filled slot")
+    }
+
+    fn push(&mut self, child: Child) {
+        self.slots[self.len] = Some(child);
+        self.len += 1;
+    }
+
+    /// Take children `at..` out.
+    fn drain_from(&mut self, at: usize) -> impl Iterator<Item = Child> + '_ {
+        let end = std::mem::replace(&mut self.len, at);
+        self.slots[at..end].iter_mut().map(|c| c.take().expect("a filled slot"))
+    }
+
+    fn into_children(shared: Arc<Chunk>) -> impl Iterator<Item = Child> {
+        let chunk = Arc::try_unwrap(shared).unwrap_or_else(|shared| (*shared).clone());
+        chunk.slots.into_iter().flatten()
+    }
+}
+
+type Shared = Arc<Chunk>;
 
 /// Read every chunk's reference count, then (if `children`) every child's
 /// in the chunks this holder is the last one of. Returns a sum that the
 /// caller passes to `black_box`, so that the loads stay.
-fn warm(chunks: &[Chunk], children: bool) -> usize {
+fn warm(chunks: &[Shared], children: bool) -> usize {
     let mut sum = 0;
     let mut last = 0u64;
     for (i, c) in chunks.iter().enumerate() {
@@ -136,7 +181,7 @@ fn warm(chunks: &[Chunk], children: bool) -> usize {
 /// writer that owns the branch reaches it without locking.
 #[derive(Debug, Default)]
 pub(crate) struct Children {
-    chunks: Mutex<Vec<Chunk>>,
+    chunks: Mutex<Vec<Shared>>,
     len: usize,
 }
 
@@ -160,7 +205,7 @@ impl Drop for Children {
 }
 
 impl Children {
-    fn chunks_mut(&mut self) -> &mut Vec<Chunk> {
+    fn chunks_mut(&mut self) -> &mut Vec<Shared> {
         self.chunks
             .get_mut()
             .unwrap_or_else(PoisonError::into_inner)
@@ -173,13 +218,13 @@ impl Children {
     /// Child `i` (a copy of the reference).
     pub(crate) fn get(&self, i: usize) -> Child {
         assert!(i < self.len, "child {i} of {}", self.len);
-        lock(&self.chunks)[i / CHUNK][i % CHUNK].clone()
+        lock(&self.chunks)[i / CHUNK].get(i % CHUNK).clone()
     }
 
     /// Where child `i` is on disk, if it is.
     pub(crate) fn location(&self, i: usize) -> Option<Location> {
         assert!(i < self.len, "child {i} of {}", self.len);
-        lock(&self.chunks)[i / CHUNK][i % CHUNK].location()
+        lock(&self.chunks)[i / CHUNK].get(i % CHUNK).location()
     }
 
     /// Child `i`, its chunk made this version's own first.
@@ -189,14 +234,14 @@ impl Children {
         if Arc::get_mut(chunk).is_none() {
             std::hint::black_box(chunk.iter().map(Child::warm).sum::<usize>());
         }
-        &mut Arc::make_mut(chunk)[i % CHUNK]
+        Arc::make_mut(chunk).get_mut(i % CHUNK)
     }
 
     pub(crate) fn push(&mut self, child: Child) {
         let len = self.len;
         let chunks = self.chunks_mut();
         if len % CHUNK == 0 {
-            chunks.push(Arc::new(Vec::with_capacity(CHUNK)));
+            chunks.push(Arc::new(Chunk::new()));
         }
         let last = chunks.last_mut().expect("a chunk with room");
         Arc::make_mut(last).push(child);
@@ -214,11 +259,11 @@ impl Children {
         let mut out = Vec::with_capacity(self.len - at);
         let chunks = self.chunks_mut();
         if off > 0 {
-            out.extend(Arc::make_mut(&mut chunks[c]).drain(off..));
+            out.extend(Arc::make_mut(&mut chunks[c]).drain_from(off));
         }
         let first_whole = if off > 0 { c + 1 } else { c };
         for chunk in chunks.drain(first_whole..) {
-            out.extend(Arc::try_unwrap(chunk).unwrap_or_else(|shared| (*shared).clone()));
+            out.extend(Chunk::into_children(chunk));
         }
         self.len = at;
         out
@@ -253,8 +298,7 @@ impl Children {
             self.chunks_mut().extend(theirs);
         } else {
             for chunk in theirs {
-                let children = Arc::try_unwrap(chunk).unwrap_or_else(|shared| (*shared).clone());
-                children.into_iter().for_each(|c| self.push(c));
+                Chunk::into_children(chunk).for_each(|c| self.push(c));
             }
         }
     }
@@ -270,10 +314,10 @@ impl Children {
         for chunk in chunks.iter_mut() {
             walk.extend(chunk.iter().filter_map(|c| c.mem.clone()));
             if chunk.iter().any(|c| c.detached().is_some()) {
-                let fresh = chunk
-                    .iter()
-                    .map(|c| c.detached().unwrap_or_else(|| c.clone()))
-                    .collect();
+                let mut fresh = Chunk::new();
+                for c in chunk.iter() {
+                    fresh.push(c.detached().unwrap_or_else(|| c.clone()));
+                }
                 *chunk = Arc::new(fresh);
             }
         }
@@ -283,8 +327,8 @@ impl Children {
     /// Memory the chunks hold (shared chunks are counted by every holder).
     pub(crate) fn heap_bytes(&self) -> usize {
         let chunks = lock(&self.chunks);
-        chunks.capacity() * std::mem::size_of::<Chunk>()
-            + chunks.len() * CHUNK * std::mem::size_of::<Child>()
+        chunks.capacity() * std::mem::size_of::<Shared>()
+            + chunks.len() * std::mem::size_of::<Chunk>()
     }
 }
 
