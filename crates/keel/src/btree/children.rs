@@ -139,7 +139,9 @@ impl Chunk {
     /// Take children `at..` out.
     fn drain_from(&mut self, at: usize) -> impl Iterator<Item = Child> + '_ {
         let end = std::mem::replace(&mut self.len, at);
-        self.slots[at..end].iter_mut().map(|c| c.take().expect("a filled slot"))
+        self.slots[at..end]
+            .iter_mut()
+            .map(|c| c.take().expect("a filled slot"))
     }
 
     fn into_children(shared: Arc<Chunk>) -> impl Iterator<Item = Child> {
