@@ -327,7 +327,8 @@ impl Shard {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::btree::node::{Body, Leaf, ValueRef};
+    use crate::btree::leaf::{Leaf, ValueRef};
+    use crate::btree::node::Body;
     use crate::btree::page::{encode_node, encode_overflow, page_crc};
     use crate::btree::PageError;
     use crate::io::{OpenMode, OpenOptions, SimVfs, Vfs};

@@ -7,7 +7,8 @@
 use std::sync::Arc;
 
 use super::cache::PageSource;
-use super::node::{Body, Branch, Leaf, Node, ValueRef};
+use super::leaf::{Leaf, ValueRef};
+use super::node::{Body, Branch, Node};
 use super::page::{BRANCH_CELL_FIXED_BYTES, PAGE_HEADER_BYTES};
 use super::read::{child_node, overflow_bytes};
 use super::{BtreeError, PageNo, PageSize, Tree};
@@ -160,7 +161,7 @@ impl Checker<'_> {
                     return Err(broken(node, "separators out of order"));
                 }
             }
-            if node.location().is_some() && b.child(i).location().is_none() {
+            if node.location().is_some() && b.child_location(i).is_none() {
                 return Err(broken(node, "a clean branch with a child not on disk"));
             }
             let child = child_node(b, i, self.src)?;

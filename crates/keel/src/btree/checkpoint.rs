@@ -11,8 +11,9 @@
 use std::collections::HashSet;
 use std::sync::Arc;
 
+use super::leaf::{OverflowValue, ValueRef};
 use super::limits::FIRST_TREE_PAGE;
-use super::node::{Body, Node, OverflowValue, ValueRef};
+use super::node::{Body, Node};
 use super::page::{decode_node, encode_node, encode_overflow, page_crc};
 use super::{BtreeError, Location, PageNo, PageSize, Tree};
 
@@ -88,13 +89,8 @@ impl Placer<'_> {
         match node.body() {
             Body::Branch(b) => {
                 for i in 0..b.len() {
-                    let child = b.child(i);
-                    match child.resolve() {
-                        Ok(mem) => {
-                            let loc = self.place(&mem)?;
-                            child.record_location(loc);
-                        }
-                        Err(_on_disk) => {}
+                    if let Ok(mem) = b.child(i).resolve() {
+                        self.place(&mem)?;
                     }
                 }
             }
@@ -164,7 +160,7 @@ fn same_content(a: &Node, b: &Node) -> bool {
         (Body::Branch(x), Body::Branch(y)) => {
             x.level() == y.level()
                 && x.len() == y.len()
-                && (0..x.len()).all(|i| x.child(i).location() == y.child(i).location())
+                && (0..x.len()).all(|i| x.child_location(i) == y.child_location(i))
                 && (1..x.len()).all(|i| x.separator(i - 1) == y.separator(i - 1))
         }
         _ => false,
@@ -198,10 +194,8 @@ pub fn detach_clean(tree: &Tree) {
 fn detach(node: &Node) {
     match node.body() {
         Body::Branch(b) => {
-            for i in 0..b.len() {
-                if let Some(child) = b.child(i).detach_if_clean() {
-                    detach(&child);
-                }
+            for child in b.detach_clean() {
+                detach(&child);
             }
         }
         Body::Leaf(l) => {

@@ -9,22 +9,26 @@
 //! back through a [`PageSource`] such as [`PageCache`].
 //!
 //! The page format is specified in `docs/format.md` ("The data file:
-//! pages"). The modules are: `page` (bytes), `node` (in-memory nodes),
+//! pages"). The modules are: `page` (bytes), `node`, `leaf`, `arena` and
+//! `children` (in-memory nodes),
 //! `cache` (reading pages), `read` (lookups and scans), `write` and
 //! `rebalance` (copy-on-write changes), `tree` (the public types),
 //! `checkpoint` (serialization) and `check` (a full invariant check).
 #![deny(unsafe_code)]
 
+mod arena;
 mod cache;
 mod check;
 mod checkpoint;
 mod children;
 mod error;
+mod leaf;
 mod limits;
 mod node;
 mod page;
 mod read;
 mod rebalance;
+mod spare;
 mod tree;
 mod write;
 
@@ -33,11 +37,13 @@ pub use cache::{
 };
 pub use check::{check_tree, TreeStats};
 pub use checkpoint::{assign_pages, detach_clean, Checkpoint};
+pub use children::Child;
 pub use error::{BtreeError, PageError};
+pub use leaf::{Leaf, OverflowValue, ValueRef};
 pub use limits::{
     PageSize, DEFAULT_PAGE_BYTES, FIRST_TREE_PAGE, MAX_PAGE_BYTES, MAX_VALUE_BYTES, MIN_PAGE_BYTES,
 };
-pub use node::{Body, Branch, Child, Leaf, Node, OverflowValue, ValueRef};
+pub use node::{Body, Branch, Node};
 pub use page::{
     decode_node, decode_overflow, decode_page, encode_node, encode_overflow, page_crc,
     OverflowPage, Page, BRANCH_CELL_FIXED_BYTES, LEAF_INLINE_CELL_FIXED_BYTES,

@@ -8,8 +8,10 @@
 use crate::le::{get_u16, get_u32, get_u64, put_u16, put_u32, put_u64};
 use std::sync::Arc;
 
+use super::children::Child;
+use super::leaf::{Leaf, OverflowValue, ValueRef};
 use super::limits::{FIRST_TREE_PAGE, MAX_VALUE_BYTES};
-use super::node::{Body, Branch, Child, Leaf, Node, OverflowValue, ValueRef};
+use super::node::{Body, Branch, Node};
 use super::{Location, PageError, PageNo, PageSize};
 
 /// Page type 0 is never written: a page of zeros is not a page.
@@ -151,8 +153,7 @@ fn encode_branch_cells(branch: &Branch, page: &mut [u8]) -> usize {
     let mut at = PAGE_HEADER_BYTES;
     for i in 0..branch.len() {
         let loc = branch
-            .child(i)
-            .location()
+            .child_location(i)
             .expect("child placed before its parent");
         let key: &[u8] = if i == 0 { &[] } else { branch.separator(i - 1) };
         put_u64(page, at + BC_CHILD_PAGE, loc.page);

@@ -68,7 +68,7 @@ fn branch_round_trip() {
     assert_eq!(b.level(), 2);
     assert_eq!(b.len(), a.len());
     for i in 0..a.len() {
-        assert_eq!(b.child(i).location(), a.child(i).location());
+        assert_eq!(b.child_location(i), a.child_location(i));
     }
     for i in 0..a.len() - 1 {
         assert_eq!(b.separator(i), a.separator(i));

@@ -5,7 +5,8 @@ use std::ops::Bound;
 use std::sync::Arc;
 
 use super::cache::PageSource;
-use super::node::{Body, Branch, Node, OverflowValue, ValueRef};
+use super::leaf::{OverflowValue, ValueRef};
+use super::node::{Body, Branch, Node};
 use super::{BtreeError, Location};
 
 /// Load the node at `loc`, which its parent says is at `level`.
@@ -137,7 +138,7 @@ fn past_end(key: &[u8], end: &Bound<Box<[u8]>>) -> bool {
 }
 
 /// The first position in a leaf at or after the start bound.
-pub(crate) fn leaf_start(leaf: &super::node::Leaf, start: Bound<&[u8]>) -> usize {
+pub(crate) fn leaf_start(leaf: &super::leaf::Leaf, start: Bound<&[u8]>) -> usize {
     match start {
         Bound::Unbounded => 0,
         Bound::Included(k) => leaf.search(k).unwrap_or_else(|i| i),

@@ -8,7 +8,8 @@
 use std::ops::Bound;
 use std::sync::Arc;
 
-use super::node::{Body, Branch, Child, Node};
+use super::children::Child;
+use super::node::{Body, Branch, Node};
 use super::page::{BRANCH_CELL_FIXED_BYTES, PAGE_HEADER_BYTES};
 use super::read::load_at_level;
 use super::write::Writer;

@@ -6,8 +6,9 @@ use std::ops::Bound;
 use std::sync::Arc;
 
 use super::cache::PageSource;
+use super::leaf::{Leaf, OverflowValue, ValueRef};
 use super::limits::MAX_VALUE_BYTES;
-use super::node::{Body, Leaf, Node, OverflowValue, ValueRef};
+use super::node::{Body, Node};
 use super::read::{self, Entry, Range};
 use super::write::{KeyRange, Writer};
 use super::{BtreeError, Location, PageNo, PageSize};

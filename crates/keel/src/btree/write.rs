@@ -12,7 +12,9 @@ use std::ops::Bound;
 use std::sync::Arc;
 
 use super::cache::PageSource;
-use super::node::{Body, Branch, Child, Leaf, Node, OverflowValue, ValueRef};
+use super::children::Child;
+use super::leaf::{Leaf, OverflowValue, ValueRef};
+use super::node::{Body, Branch, Node};
 use super::read::{leaf_start, load_at_level};
 use super::{BtreeError, PageNo, PageSize};
 
@@ -68,7 +70,7 @@ impl Writer<'_> {
             if let Some(loc) = arc.location() {
                 self.freed.push(loc.page);
             }
-            *arc = Arc::new(arc.copy_dirty());
+            *arc = Arc::new(arc.copy_dirty(self.page_size.bytes()));
         }
         let node = Arc::get_mut(arc).expect("a fresh copy is unshared");
         if let Some(loc) = node.take_location() {
@@ -87,7 +89,7 @@ impl Writer<'_> {
         let level = branch.level() - 1;
         let (loc, mem) = branch.child_mut(i).parts_mut();
         if mem.is_none() {
-            let at = *loc.get().expect("a child is in memory or on disk");
+            let at = loc.expect("a child is in memory or on disk");
             *mem = Some(load_at_level(self.src, at, level)?);
         }
         // The child is about to differ from its page.
@@ -130,7 +132,7 @@ impl Writer<'_> {
             Body::Branch(b) => {
                 let mut entries = 0;
                 for i in 0..b.len() {
-                    entries += self.free_subtree(b.child(i), level - 1)?;
+                    entries += self.free_subtree(&b.child(i), level - 1)?;
                 }
                 Ok(entries)
             }
