@@ -270,3 +270,38 @@ fn damage_inside_the_journal_is_an_error_at_open() {
     );
     assert!(err.to_string().contains("corrupt"), "{err}");
 }
+
+/// A table whose creation is refused for the transaction's size leaves no
+/// half-made catalog entry: the next table gets an id of its own, and the
+/// two never share keys.
+#[test]
+fn a_refused_table_creation_never_gives_an_id_twice() {
+    let vfs = SimVfs::new(9);
+    let db = builder(&vfs).create("/s").unwrap();
+    commit_one(&db, b"seed", b"x").unwrap();
+    let max = db.limits().max_transaction_bytes;
+    let mut w = db.begin_write().unwrap();
+    let before = w.record_bytes();
+    // Leave room for either of the two catalog updates (the name's entry:
+    // 18 bytes; the id counter's: 15) but not for both.
+    let fill = max - before - (7 + 4 + 1) - 20;
+    w.open_table("t")
+        .unwrap()
+        .insert(b"k", vec![0u8; fill])
+        .unwrap();
+    assert!(matches!(
+        w.open_table("new"),
+        Err(DbError::TransactionTooLarge { .. })
+    ));
+    w.commit().unwrap();
+    let mut w = db.begin_write().unwrap();
+    w.open_table("other")
+        .unwrap()
+        .insert(b"mine", b"1")
+        .unwrap();
+    assert!(w.open_table("new").unwrap().get(b"mine").unwrap().is_none());
+    w.commit().unwrap();
+    let r = db.begin_read();
+    assert_eq!(r.open_table("new").unwrap().iter().count(), 0);
+    assert_eq!(r.open_table("other").unwrap().iter().count(), 1);
+}

@@ -470,11 +470,14 @@ impl WriteTxn {
                     name: name.into(),
                     reason: "every table id was used",
                 })?;
+                // The counter first: if the name's entry is then refused
+                // (the transaction's size), an id is skipped, never given
+                // twice.
+                self.set_full(next_key, Some(next.to_be_bytes().to_vec()))?;
                 self.set_full(
                     full_key(CATALOG, name.as_bytes()),
                     Some(id.to_be_bytes().to_vec()),
                 )?;
-                self.set_full(next_key, Some(next.to_be_bytes().to_vec()))?;
                 id
             }
         };
@@ -494,9 +497,12 @@ impl WriteTxn {
         };
         let catalog_key = full_key(CATALOG, name.as_bytes());
         let in_tree = self.tree().get(&self.shared.cache, &catalog_key)?.is_some();
-        if in_tree && self.size + DROP_BYTES > self.max_record() {
+        // Refuse before changing anything: the catalog entry's deletion
+        // and the drop together must fit.
+        let need = self.size + DROP_BYTES + DELETE_FIXED_BYTES + catalog_key.len();
+        if in_tree && need > self.max_record() {
             return Err(DbError::TransactionTooLarge {
-                len: self.size + DROP_BYTES,
+                len: need,
                 max: self.max_record(),
             });
         }

@@ -4,6 +4,7 @@
 //!
 //! Keys are long (up to ~900 bytes) so that a few hundred entries make a
 //! tree of depth 3 with 4 KiB pages; some values go to overflow pages.
+//! `KEEL_STORE_TRACE=1` prints every change on stderr.
 #![allow(dead_code)]
 
 use std::collections::BTreeMap;
@@ -150,6 +151,9 @@ pub fn random_txn(
         let name = TABLES[rng.random_range(0..TABLES.len())];
         if rng.random_ratio(1, 150) {
             let existed = change!(w.delete_table(name));
+            if std::env::var_os("KEEL_STORE_TRACE").is_some() {
+                eprintln!("  drop {name} existed={existed}");
+            }
             if existed != m.remove(name).is_some() {
                 return Err(format!(
                     "delete_table {name}: {existed} disagrees with model"
@@ -159,15 +163,28 @@ pub fn random_txn(
         }
         let mut t = change!(w.open_table(name));
         let mt = m.entry(name.to_string()).or_default();
+        let trace = std::env::var_os("KEEL_STORE_TRACE").is_some();
         let k = key(rng.random_range(0..key_space));
         match rng.random_range(0..10) {
             0..=5 => {
                 let v = value(rng);
                 change!(t.insert(&k, &v));
+                if trace {
+                    eprintln!(
+                        "  put {name} {}",
+                        String::from_utf8_lossy(&k[k.len() - 6..])
+                    );
+                }
                 mt.insert(k, v);
             }
             6 | 7 => {
                 let had = change!(t.remove(&k));
+                if trace {
+                    eprintln!(
+                        "  del {name} {} had={had}",
+                        String::from_utf8_lossy(&k[k.len() - 6..])
+                    );
+                }
                 if had != mt.remove(&k).is_some() {
                     return Err("remove disagrees with the model".into());
                 }
@@ -205,10 +222,23 @@ pub fn random_txn(
                     )
                 };
                 if got != want {
+                    let tails = |v: &[Vec<u8>]| {
+                        v.iter()
+                            .map(|k| {
+                                format!(
+                                    "{}({})",
+                                    String::from_utf8_lossy(&k[k.len().saturating_sub(6)..]),
+                                    k.len()
+                                )
+                            })
+                            .collect::<Vec<_>>()
+                    };
                     return Err(format!(
-                        "scan disagrees with the model ({} vs {} keys)",
+                        "scan disagrees with the model ({} vs {} keys): {:?} vs {:?}",
                         got.len(),
-                        want.len()
+                        want.len(),
+                        tails(&got),
+                        tails(&want)
                     ));
                 }
             }
