@@ -201,8 +201,10 @@ fn store_is_the_default_and_runs_every_workload() {
     assert!(gets > 100, "{v}");
     let rate = v["commits_per_s"].as_f64().unwrap();
     let total_s = v["total_ms"].as_f64().unwrap() / 1e3;
+    // Both figures are printed rounded (0.1 gets/s, 0.01 ms): the
+    // product drifts by up to ~1e-5 of the count.
     assert!(
-        (rate * total_s - gets as f64).abs() < 2.0,
+        (rate * total_s - gets as f64).abs() < 2.0 + gets as f64 * 1e-4,
         "gets per second: {v}"
     );
     assert!((0.9..3.0).contains(&total_s), "{v}");
