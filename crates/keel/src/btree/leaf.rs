@@ -81,12 +81,21 @@ impl OverflowValue {
         self.pages.get().map(|p| &p[..])
     }
 
-    pub(crate) fn set_location(&self, first: Location, pages: Box<[PageNo]>) {
+    /// Reserve the chain's pages (a checkpoint, before encoding it).
+    pub(crate) fn reserve_pages(&self, pages: Box<[PageNo]>) {
+        assert!(
+            self.pages.set(pages).is_ok(),
+            "overflow value reserved twice: two checkpoints ran at once"
+        );
+    }
+
+    /// The chain is encoded: its first page and that page's checksum.
+    pub(crate) fn set_location(&self, first: Location) {
+        debug_assert_eq!(self.pages().map(|p| p[0]), Some(first.page));
         assert!(
             self.location.set(first).is_ok(),
             "overflow value placed twice: two checkpoints ran at once"
         );
-        let _ = self.pages.set(pages);
     }
 
     pub(crate) fn remember_pages(&self, pages: Box<[PageNo]>) {

@@ -36,7 +36,7 @@ pub use cache::{
     read_overflow_chain, CacheStats, NoPageSource, OverflowData, PageCache, PageSource,
 };
 pub use check::{check_tree, TreeStats};
-pub use checkpoint::{assign_pages, detach_clean, Checkpoint};
+pub use checkpoint::{assign_pages, detach_clean, reserve_pages, Checkpoint, Plan};
 pub use children::Child;
 pub use error::{BtreeError, PageError};
 pub use leaf::{Leaf, OverflowValue, ValueRef};

@@ -15,7 +15,7 @@ use super::children::{Child, Children};
 use super::leaf::Leaf;
 use super::page::{BRANCH_CELL_FIXED_BYTES, PAGE_HEADER_BYTES};
 use super::spare;
-use super::Location;
+use super::{Location, PageNo};
 
 /// Lock a mutex that guards a plain `Option` swap: no panic can leave it
 /// half-updated, so a poisoned lock is still consistent.
@@ -285,10 +285,14 @@ pub enum Body {
 
 /// A tree node. `location` is set once a checkpoint has given the node a
 /// page (or when it was read from one): a node with a location is clean,
-/// its page holds exactly this content.
+/// its page holds exactly this content. A checkpoint first reserves the
+/// page (`reserved`, while writers wait), then encodes the node and sets
+/// its location (while writers run): a writer that copies the node in
+/// between reports the reserved page freed.
 #[derive(Debug)]
 pub struct Node {
     location: OnceLock<Location>,
+    reserved: OnceLock<PageNo>,
     body: Body,
 }
 
@@ -297,6 +301,7 @@ impl Node {
     pub(crate) fn new(body: Body) -> Node {
         Node {
             location: OnceLock::new(),
+            reserved: OnceLock::new(),
             body,
         }
     }
@@ -305,6 +310,7 @@ impl Node {
     pub(crate) fn loaded(body: Body, loc: Location) -> Node {
         Node {
             location: OnceLock::from(loc),
+            reserved: OnceLock::new(),
             body,
         }
     }
@@ -315,16 +321,38 @@ impl Node {
     }
 
     pub(crate) fn set_location(&self, loc: Location) {
+        debug_assert!(
+            self.reserved.get().is_none_or(|&p| p == loc.page),
+            "node placed on a page it did not reserve"
+        );
         assert!(
             self.location.set(loc).is_ok(),
             "node placed twice: two checkpoints ran at once"
         );
     }
 
-    /// Forget the location of a node this writer owns and is about to
-    /// change; returns it.
-    pub(crate) fn take_location(&mut self) -> Option<Location> {
-        self.location.take()
+    /// The node's page: where it is on disk, or the page a checkpoint in
+    /// progress reserved for it.
+    pub(crate) fn page(&self) -> Option<PageNo> {
+        self.location()
+            .map(|l| l.page)
+            .or_else(|| self.reserved.get().copied())
+    }
+
+    /// Reserve `page` for the node (a checkpoint, before encoding it).
+    pub(crate) fn reserve_page(&self, page: PageNo) {
+        assert!(
+            self.reserved.set(page).is_ok(),
+            "node reserved twice: two checkpoints ran at once"
+        );
+    }
+
+    /// Forget the page of a node this writer owns and is about to change;
+    /// returns it.
+    pub(crate) fn take_page(&mut self) -> Option<PageNo> {
+        let placed = self.location.take().map(|l| l.page);
+        let reserved = self.reserved.take();
+        placed.or(reserved)
     }
 
     /// The node's contents.

@@ -522,3 +522,73 @@ fn readers_see_everything_while_a_checkpoint_detaches() {
     let stats = check_tree(&snap, &disk.cache).unwrap();
     assert_eq!((stats.entries, stats.dirty_nodes), (5000, 0));
 }
+
+/// A writer that runs while a checkpoint encodes its pages (after
+/// `reserve_pages`, before `Plan::encode`) reports exactly the reserved
+/// pages it no longer uses: those of the leaves and branches it copies, of
+/// an overflow value it overwrites, of the subtrees it drops.
+#[test]
+fn a_writer_between_reserve_and_encode_frees_the_reserved_pages() {
+    let mut tm = Tree::new(PS).edit();
+    for i in 0..2000 {
+        tm.insert(&NONE, &key(i), &value(i, 100)).unwrap();
+    }
+    tm.insert(&NONE, b"big", &vec![7u8; 3 * PS.bytes()])
+        .unwrap();
+    let snap = tm.snapshot();
+    let mut next = FIRST_TREE_PAGE;
+    let plan = reserve_pages(&snap, &mut || {
+        next += 1;
+        next - 1
+    })
+    .unwrap();
+    let reserved: BTreeSet<PageNo> = (FIRST_TREE_PAGE..next).collect();
+    tm.insert(&NONE, &key(1000), b"changed").unwrap();
+    tm.insert(&NONE, b"big", b"small now").unwrap();
+    tm.remove_range(&NONE, Included(&key(100)[..]), Excluded(&key(400)[..]))
+        .unwrap();
+    let freed: BTreeSet<PageNo> = tm.freed().iter().copied().collect();
+    assert_eq!(freed.len(), tm.freed().len(), "a page freed twice");
+    let cp = plan.encode();
+    assert_eq!(cp.pages.len(), reserved.len());
+    // Exactly the reserved pages the writer's tree no longer uses.
+    let mut used = BTreeSet::new();
+    if let Some(root) = tm.snapshot().root() {
+        pages_in_memory(root, &mut used);
+    }
+    let unused: BTreeSet<PageNo> = reserved.difference(&used).copied().collect();
+    assert_eq!(freed, unused);
+    let value_pages = PS.overflow_pages(3 * PS.bytes() as u64);
+    assert!(freed.len() as u64 > 3 + value_pages, "{}", freed.len());
+    // The snapshot reads back from its pages; the writer's tree is intact.
+    let disk = Disk::new(PS, 1 << 20);
+    disk.write(&cp);
+    let cold = disk.cold_cache(1 << 20);
+    let back = Tree::open(PS, &cold, cp.root).unwrap();
+    let got = back.get(&cold, &key(1000)).unwrap().unwrap();
+    assert_eq!(got.value(), &value(1000, 100)[..]);
+    let got = back.get(&cold, b"big").unwrap().unwrap();
+    assert_eq!(got.value().len(), 3 * PS.bytes());
+    let got = tm.get(&NONE, &key(1000)).unwrap().unwrap();
+    assert_eq!(got.value(), b"changed");
+    assert!(tm.get(&NONE, &key(200)).unwrap().is_none());
+}
+
+/// The pages of every node (and overflow value) of an in-memory tree.
+fn pages_in_memory(node: &Arc<Node>, out: &mut BTreeSet<PageNo>) {
+    out.extend(node.page());
+    match node.body() {
+        Body::Branch(b) => {
+            for i in 0..b.len() {
+                if let Ok(child) = b.child(i).resolve() {
+                    pages_in_memory(&child, out);
+                }
+            }
+        }
+        Body::Leaf(l) => {
+            for v in l.overflow_values() {
+                out.extend(v.pages().into_iter().flatten().copied());
+            }
+        }
+    }
+}

@@ -67,14 +67,14 @@ impl Writer<'_> {
     /// (or the node itself, its location cleared) is dirty from now on.
     pub(crate) fn make_mut<'n>(&mut self, arc: &'n mut Arc<Node>) -> &'n mut Node {
         if Arc::get_mut(arc).is_none() {
-            if let Some(loc) = arc.location() {
-                self.freed.push(loc.page);
+            if let Some(page) = arc.page() {
+                self.freed.push(page);
             }
             *arc = Arc::new(arc.copy_dirty(self.page_size.bytes()));
         }
         let node = Arc::get_mut(arc).expect("a fresh copy is unshared");
-        if let Some(loc) = node.take_location() {
-            self.freed.push(loc.page);
+        if let Some(page) = node.take_page() {
+            self.freed.push(page);
         }
         node
     }
@@ -98,17 +98,17 @@ impl Writer<'_> {
     }
 
     /// Report the pages of a value that left the tree.
+    /// A value a checkpoint is placing has its pages but no location yet.
     pub(crate) fn free_overflow(&mut self, value: &OverflowValue) -> Result<(), BtreeError> {
+        if let Some(pages) = value.pages() {
+            self.freed.extend_from_slice(pages);
+            return Ok(());
+        }
         let Some(first) = value.location() else {
             return Ok(());
         };
-        match value.pages() {
-            Some(pages) => self.freed.extend_from_slice(pages),
-            None => {
-                let data = self.src.load_overflow(first, value.len())?;
-                self.freed.extend_from_slice(&data.pages);
-            }
-        }
+        let data = self.src.load_overflow(first, value.len())?;
+        self.freed.extend_from_slice(&data.pages);
         Ok(())
     }
 
@@ -119,8 +119,8 @@ impl Writer<'_> {
             Ok(n) => n,
             Err(loc) => load_at_level(self.src, loc, level)?,
         };
-        if let Some(loc) = node.location() {
-            self.freed.push(loc.page);
+        if let Some(page) = node.page() {
+            self.freed.push(page);
         }
         match node.body() {
             Body::Leaf(l) => {
