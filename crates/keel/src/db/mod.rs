@@ -30,6 +30,8 @@
 
 mod error;
 mod freelist;
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod meta;
 mod record;
 mod store;
