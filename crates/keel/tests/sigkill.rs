@@ -19,9 +19,9 @@
 //! `KEEL_SIGKILL_ROUNDS=N` runs N kills (default: the CI amount).
 
 use std::collections::BTreeMap;
-use std::io::{Read, Write};
+use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -29,6 +29,9 @@ use keel::io::{RealVfs, WriteMethod};
 use keel::journal::{BatchStart, Journal, JournalError, JournalOptions, Lsn};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
+
+mod kill_support;
+use kill_support::kill_and_collect;
 
 const CI_ROUNDS: usize = 220;
 
@@ -204,32 +207,6 @@ fn parse_acks(out: &str) -> Vec<(Lsn, u32, u64, usize)> {
             })
         })
         .collect()
-}
-
-fn kill_and_collect(mut child: Child, after: Duration) -> String {
-    let mut stdout = child.stdout.take().unwrap();
-    let mut stderr = child.stderr.take().unwrap();
-    let reader = std::thread::spawn(move || {
-        let mut s = String::new();
-        stdout.read_to_string(&mut s).unwrap();
-        s
-    });
-    let err_reader = std::thread::spawn(move || {
-        let mut s = String::new();
-        stderr.read_to_string(&mut s).unwrap();
-        s
-    });
-    std::thread::sleep(after);
-    // SIGKILL: no destructor, no flush, no chance to finish a write.
-    let _ = child.kill();
-    let status = child.wait().unwrap();
-    let out = reader.join().unwrap();
-    let err = err_reader.join().unwrap();
-    assert!(
-        !status.success() && !err.contains("panicked"),
-        "the child failed or exited before the kill ({status}): {err}"
-    );
-    out
 }
 
 fn check_recovered(

@@ -15,15 +15,18 @@
 //! `KEEL_STORE_SIGKILL_ROUNDS=N` runs N kills (default: the CI amount).
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::io::{Read, Write};
+use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use keel::db::{Builder, Database, DbError};
 use keel::journal::JournalOptions;
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
+
+mod kill_support;
+use kill_support::kill_and_collect;
 
 const CI_ROUNDS: usize = 220;
 
@@ -109,32 +112,6 @@ fn scratch(name: &str) -> PathBuf {
     let d = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("{name}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&d);
     d
-}
-
-fn kill_and_collect(mut child: Child, after: Duration) -> String {
-    let mut stdout = child.stdout.take().unwrap();
-    let mut stderr = child.stderr.take().unwrap();
-    let reader = std::thread::spawn(move || {
-        let mut s = String::new();
-        stdout.read_to_string(&mut s).unwrap();
-        s
-    });
-    let err_reader = std::thread::spawn(move || {
-        let mut s = String::new();
-        stderr.read_to_string(&mut s).unwrap();
-        s
-    });
-    std::thread::sleep(after);
-    // SIGKILL: no destructor, no flush, no chance to finish a write.
-    let _ = child.kill();
-    let status = child.wait().unwrap();
-    let out = reader.join().unwrap();
-    let err = err_reader.join().unwrap();
-    assert!(
-        !status.success() && !err.contains("panicked"),
-        "the child failed or exited before the kill ({status}): {err}"
-    );
-    out
 }
 
 /// (thread, counter) → number of keys, for every acknowledged transaction.
