@@ -61,6 +61,7 @@ impl Writer<'_> {
     /// Split child `i` into pieces that each fit a page, inserted after it.
     fn split_child(&mut self, branch: &mut Branch, i: usize) {
         let pieces = split_node(owned(branch, i), self.page_size);
+        *self.created += pieces.len() as u64;
         for (k, (separator, piece)) in pieces.into_iter().enumerate() {
             branch.insert_after(i + k, &separator, Child::in_memory(Arc::new(piece)));
         }

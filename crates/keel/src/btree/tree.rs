@@ -84,6 +84,7 @@ impl Tree {
             root: self.root.clone(),
             page_size: self.page_size,
             freed: Vec::new(),
+            created: 0,
         }
     }
 }
@@ -102,6 +103,7 @@ pub struct TreeMut {
     root: Option<Arc<Node>>,
     page_size: PageSize,
     freed: Vec<PageNo>,
+    created: u64,
 }
 
 impl TreeMut {
@@ -121,6 +123,13 @@ impl TreeMut {
             page_size: self.page_size,
         };
         (tree, self.freed)
+    }
+
+    /// Nodes the working copy created (splits) so far: with the pages
+    /// freed (nodes copied from their pages), the nodes it added to
+    /// memory.
+    pub fn created(&self) -> u64 {
+        self.created
     }
 
     /// Pages freed so far.
@@ -158,11 +167,13 @@ impl TreeMut {
         src: &'a dyn PageSource,
         page_size: PageSize,
         freed: &'a mut Vec<PageNo>,
+        created: &'a mut u64,
     ) -> Writer<'a> {
         Writer {
             src,
             page_size,
             freed,
+            created,
         }
     }
 
@@ -193,7 +204,7 @@ impl TreeMut {
         } else {
             ValueRef::Inline(value)
         };
-        let mut w = Self::writer(src, self.page_size, &mut self.freed);
+        let mut w = Self::writer(src, self.page_size, &mut self.freed, &mut self.created);
         match &mut self.root {
             None => {
                 let mut leaf = Leaf::default();
@@ -214,7 +225,7 @@ impl TreeMut {
         if read::find(self.root.as_ref(), src, key)?.is_none() {
             return Ok(false);
         }
-        let mut w = Self::writer(src, self.page_size, &mut self.freed);
+        let mut w = Self::writer(src, self.page_size, &mut self.freed, &mut self.created);
         let root = self.root.as_mut().expect("the key is present");
         let node = w.make_mut(root);
         w.remove(node, key)?;
@@ -236,7 +247,7 @@ impl TreeMut {
             return Ok(0);
         }
         drop(probe);
-        let mut w = Self::writer(src, self.page_size, &mut self.freed);
+        let mut w = Self::writer(src, self.page_size, &mut self.freed, &mut self.created);
         let root = self.root.as_mut().expect("the range holds a key");
         let node = w.make_mut(root);
         let removed = w.remove_range(node, &KeyRange { start, end })?;

@@ -24,6 +24,8 @@ pub(crate) struct Writer<'a> {
     pub(crate) page_size: PageSize,
     /// Pages no longer part of the writer's tree.
     pub(crate) freed: &'a mut Vec<PageNo>,
+    /// Nodes created by splits.
+    pub(crate) created: &'a mut u64,
 }
 
 /// A key range to remove.

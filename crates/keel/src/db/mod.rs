@@ -85,8 +85,17 @@ pub struct Options {
     pub checkpoint_interval: Option<Duration>,
     /// Writers stop and checkpoint themselves when this many record bytes
     /// are not covered by a checkpoint (the background checkpointer fell
-    /// behind): bounds the memory of changed pages and the replay time.
+    /// behind): bounds the replay time.
     pub backpressure_journal_bytes: u64,
+    /// A checkpoint starts once commits changed about this many bytes of
+    /// pages in memory since the last one: a page each node copied from
+    /// its on-disk version, and each new value in overflow pages. Changed
+    /// pages stay in memory until a checkpoint writes them, outside the
+    /// page cache's budget.
+    pub checkpoint_dirty_bytes: u64,
+    /// Writers stop and checkpoint themselves when changed pages reach
+    /// this many bytes: with `cache_bytes`, this bounds the store's memory.
+    pub backpressure_dirty_bytes: u64,
     /// Run checkpoints in a background thread (otherwise only writers'
     /// backpressure, [`Database::checkpoint`] and `close` do).
     pub background_checkpoints: bool,
@@ -105,6 +114,8 @@ impl Default for Options {
             checkpoint_journal_bytes: 64 << 20,
             checkpoint_interval: Some(Duration::from_secs(30)),
             backpressure_journal_bytes: 256 << 20,
+            checkpoint_dirty_bytes: 64 << 20,
+            backpressure_dirty_bytes: 256 << 20,
             background_checkpoints: true,
             journal: JournalOptions::default(),
             vfs: RealVfs::shared(),
@@ -142,6 +153,16 @@ impl Builder {
     /// Writers checkpoint themselves past this many uncovered bytes.
     pub fn backpressure_journal_bytes(mut self, bytes: u64) -> Self {
         self.options.backpressure_journal_bytes = bytes;
+        self
+    }
+    /// Checkpoint after about this many bytes of pages changed in memory.
+    pub fn checkpoint_dirty_bytes(mut self, bytes: u64) -> Self {
+        self.options.checkpoint_dirty_bytes = bytes;
+        self
+    }
+    /// Writers checkpoint themselves past this many bytes of changed pages.
+    pub fn backpressure_dirty_bytes(mut self, bytes: u64) -> Self {
+        self.options.backpressure_dirty_bytes = bytes;
         self
     }
     /// Whether a background thread checkpoints.
@@ -213,6 +234,9 @@ pub struct Stats {
     pub commit_writer_ms: f64,
     /// Record bytes committed that no checkpoint covers yet.
     pub uncheckpointed_bytes: u64,
+    /// Estimated bytes of pages changed in memory since the last
+    /// checkpoint started.
+    pub dirty_bytes: u64,
     pub cache: CacheStats,
     pub journal: JournalStats,
 }
@@ -235,7 +259,11 @@ impl Database {
     }
 
     fn start(path: &Path, options: Options, create: bool) -> Result<Database> {
-        if options.checkpoint_journal_bytes == 0 || options.backpressure_journal_bytes == 0 {
+        if options.checkpoint_journal_bytes == 0
+            || options.backpressure_journal_bytes == 0
+            || options.checkpoint_dirty_bytes == 0
+            || options.backpressure_dirty_bytes == 0
+        {
             return Err(DbError::BadOptions(
                 "checkpoint and backpressure byte counts must be above 0".into(),
             ));
@@ -307,6 +335,7 @@ impl Database {
             commits: c.commits.load(Ordering::Relaxed),
             commit_writer_ms: c.commit_writer_ns.load(Ordering::Relaxed) as f64 / 1e6,
             uncheckpointed_bytes: s.bytes_since_checkpoint.load(Ordering::Relaxed),
+            dirty_bytes: s.dirty_bytes.load(Ordering::Relaxed),
             cache: s.cache.stats(),
             journal: s.journal.stats(),
         }

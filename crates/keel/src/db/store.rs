@@ -159,6 +159,9 @@ pub(crate) struct Shared {
     ckpt_cv: Condvar,
     /// Record bytes committed since the last checkpoint started.
     pub bytes_since_checkpoint: AtomicU64,
+    /// Estimated bytes of pages changed in memory since the last
+    /// checkpoint started (see `Options::checkpoint_dirty_bytes`).
+    pub dirty_bytes: AtomicU64,
     pub counters: Counters,
     _lock: Box<dyn LockGuard>,
 }
@@ -408,6 +411,7 @@ impl Shared {
             ckpt: Mutex::new(CkptCtl::default()),
             ckpt_cv: Condvar::new(),
             bytes_since_checkpoint: AtomicU64::new(0),
+            dirty_bytes: AtomicU64::new(0),
             counters: Counters::default(),
             options,
             _lock: guard,
@@ -599,7 +603,22 @@ impl Shared {
             self.put_writer(w);
             return Err(DbError::CommitFailed(why));
         }
+        let created = tm.created();
         let (tree, freed) = tm.finish();
+        // Each page reported freed is a node copied from its on-disk
+        // version (or a value's page dropped: counted too, an estimate),
+        // each split made a node; new overflow values are in memory until
+        // a checkpoint.
+        let max_inline = self.page_size.max_inline_value_bytes();
+        let dirtied = (freed.len() as u64 + created) * self.page_size.bytes() as u64
+            + ops
+                .iter()
+                .map(|op| match op {
+                    Op::Put(_, v) if v.len() > max_inline => v.len() as u64,
+                    _ => 0,
+                })
+                .sum::<u64>();
+        let dirty = self.dirty_bytes.fetch_add(dirtied, Ordering::Relaxed) + dirtied;
         if !freed.is_empty() {
             lock(&self.space)
                 .pending
@@ -615,7 +634,9 @@ impl Shared {
             .bytes_since_checkpoint
             .fetch_add(record.len() as u64, Ordering::Relaxed)
             + record.len() as u64;
-        if since >= self.options.checkpoint_journal_bytes {
+        if since >= self.options.checkpoint_journal_bytes
+            || dirty >= self.options.checkpoint_dirty_bytes
+        {
             self.request_checkpoint();
         }
         self.counters.commits.fetch_add(1, Ordering::Relaxed);
@@ -697,11 +718,13 @@ impl Shared {
     }
 
     /// Writers wait here while the journal holds too much that no
-    /// checkpoint covers (memory and replay time stay bounded): they run a
-    /// checkpoint themselves.
+    /// checkpoint covers, or too many changed pages are in memory (replay
+    /// time and memory stay bounded): they run a checkpoint themselves.
     pub(crate) fn backpressure(&self) -> Result<()> {
-        let limit = self.options.backpressure_journal_bytes;
-        if self.bytes_since_checkpoint.load(Ordering::Relaxed) >= limit {
+        let o = &self.options;
+        if self.bytes_since_checkpoint.load(Ordering::Relaxed) >= o.backpressure_journal_bytes
+            || self.dirty_bytes.load(Ordering::Relaxed) >= o.backpressure_dirty_bytes
+        {
             self.checkpoint()?;
         }
         Ok(())
@@ -733,6 +756,9 @@ impl Shared {
             return Ok(None);
         }
         self.bytes_since_checkpoint.store(0, Ordering::Relaxed);
+        // Everything changed so far is placed by this checkpoint: what
+        // writers change from here on is counted afresh.
+        self.dirty_bytes.store(0, Ordering::Relaxed);
         self.reclaim(&mut sp);
         let mut page_count = sp.meta.page_count;
         let mut alloc = |sp: &mut Space| -> PageNo {

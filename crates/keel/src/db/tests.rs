@@ -376,3 +376,43 @@ fn writers_running_during_checkpoints_keep_every_page_accounted_for() {
     let want: Vec<(Vec<u8>, Vec<u8>)> = model.into_iter().map(|(k, v)| (k.to_vec(), v)).collect();
     assert_eq!(got, want);
 }
+
+/// Changed pages in memory are bounded: past `backpressure_dirty_bytes`,
+/// the next writer checkpoints, whatever the journal bytes; and a
+/// checkpoint starts the count afresh.
+#[test]
+fn writers_checkpoint_when_changed_pages_reach_their_budget() {
+    let vfs = SimVfs::new(8);
+    let budget = 256 << 10;
+    let db = builder(&vfs)
+        .journal(JournalOptions {
+            segment_size_bytes: 8 << 20,
+            ..JournalOptions::default()
+        })
+        .checkpoint_journal_bytes(1 << 40)
+        .backpressure_journal_bytes(1 << 40)
+        .backpressure_dirty_bytes(budget)
+        .create(Path::new("/s"))
+        .unwrap();
+    let mut rng = 7u64;
+    let mut peak = 0;
+    for _ in 0..300 {
+        let mut w = db.begin_write().unwrap();
+        peak = peak.max(db.stats().dirty_bytes);
+        let mut t = w.open_table("t").unwrap();
+        for _ in 0..20 {
+            rng ^= rng << 13;
+            rng ^= rng >> 7;
+            rng ^= rng << 17;
+            t.insert(rng.to_be_bytes(), [1u8; 100]).unwrap();
+        }
+        w.commit().unwrap();
+    }
+    let s = db.stats();
+    assert!(s.checkpoints >= 3, "{} checkpoints", s.checkpoints);
+    // A writer begins under the budget; one transaction of 20 puts
+    // changes at most a few dozen pages.
+    assert!(peak < budget, "{peak} bytes changed at a writer's start");
+    assert!(s.dirty_bytes < budget + (64 << 12));
+    db.check().unwrap();
+}

@@ -147,6 +147,8 @@ fn options_json(db: &Database) -> serde_json::Value {
         "checkpoint_journal_bytes": o.checkpoint_journal_bytes,
         "checkpoint_interval_s": o.checkpoint_interval.map(|d| d.as_secs_f64()),
         "backpressure_journal_bytes": o.backpressure_journal_bytes,
+        "checkpoint_dirty_bytes": o.checkpoint_dirty_bytes,
+        "backpressure_dirty_bytes": o.backpressure_dirty_bytes,
         "background_checkpoints": o.background_checkpoints,
         "segment_bytes": db.journal().options().segment_size_bytes,
         "durability": "immediate",
