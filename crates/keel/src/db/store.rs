@@ -117,6 +117,31 @@ struct Space {
     /// Pages freed by the commit at the LSN beside them: the durable meta
     /// (checkpoint LSN < that LSN) or a reader may still reach them.
     pending: Vec<(Lsn, PageNo)>,
+    /// By page number, for the pages checkpoints wrote since open: the
+    /// lowest LSN at which the node (or value) they hold can have been
+    /// made — the LSN after the checkpoint before the one that wrote it
+    /// (that one placed every node the tree held then). A reader whose
+    /// snapshot is older never sees the page. 0 (and pages past the end):
+    /// written before open, seen by every reader.
+    born_after: Vec<Lsn>,
+}
+
+impl Space {
+    fn born_after(&self, page: PageNo) -> Lsn {
+        usize::try_from(page)
+            .ok()
+            .and_then(|p| self.born_after.get(p))
+            .copied()
+            .unwrap_or(0)
+    }
+
+    fn set_born_after(&mut self, page: PageNo, lsn: Lsn) {
+        let p = usize::try_from(page).expect("page numbers fit in memory");
+        if self.born_after.len() <= p {
+            self.born_after.resize(p + 1, 0);
+        }
+        self.born_after[p] = lsn;
+    }
 }
 
 /// Checkpointer control.
@@ -388,6 +413,7 @@ impl Shared {
             freelist_pages,
             free: listed,
             pending: Vec::new(),
+            born_after: Vec::new(),
         };
         let shared = Shared {
             path: dir.to_path_buf(),
@@ -761,8 +787,10 @@ impl Shared {
         self.dirty_bytes.store(0, Ordering::Relaxed);
         self.reclaim(&mut sp);
         let mut page_count = sp.meta.page_count;
+        // What this checkpoint places was made after the previous one.
+        let born_after = sp.meta.checkpoint_lsn + 1;
         let mut alloc = |sp: &mut Space| -> PageNo {
-            match sp.free.pop_first() {
+            let page = match sp.free.pop_first() {
                 Some(p) => {
                     self.cache.invalidate(p);
                     p
@@ -771,7 +799,9 @@ impl Shared {
                     page_count += 1;
                     page_count - 1
                 }
-            }
+            };
+            sp.set_born_after(page, born_after);
+            page
         };
         // Under the slot only the pages are given; encoding them (most of
         // the work) happens below, while writers run again.
@@ -862,18 +892,23 @@ impl Shared {
     }
 
     /// Move pending pages to free where the rule allows: freed at an LSN the
-    /// durable meta covers, and no reader holds a snapshot older than that.
+    /// durable meta covers, and no reader can reach them.
+    ///
+    /// A reader at snapshot *S* can reach the page freed at *L* only if the
+    /// node it held was in that snapshot: made at or before *S* (at or
+    /// after the page's `born_after`) and replaced after it (*S* < *L*).
+    /// Readers that begin later see *L* or newer. So a long reader holds
+    /// back only the pages of nodes that were in its snapshot, not every
+    /// page freed while it lives.
     fn reclaim(&self, sp: &mut Space) {
-        let oldest_reader = lock(&self.published.view)
-            .readers
-            .keys()
-            .next()
-            .copied()
-            .unwrap_or(Lsn::MAX);
-        let limit = sp.meta.checkpoint_lsn.min(oldest_reader);
+        let readers: Vec<Lsn> = lock(&self.published.view).readers.keys().copied().collect();
+        let checkpoint = sp.meta.checkpoint_lsn;
         let mut keep = Vec::with_capacity(sp.pending.len());
         for (l, p) in std::mem::take(&mut sp.pending) {
-            if l <= limit {
+            let born = sp.born_after(p);
+            let first = readers.partition_point(|&s| s < born);
+            let seen = readers.get(first).is_some_and(|&s| s < l);
+            if l <= checkpoint && !seen {
                 sp.free.insert(p);
             } else {
                 keep.push((l, p));

@@ -416,3 +416,46 @@ fn writers_checkpoint_when_changed_pages_reach_their_budget() {
     assert!(s.dirty_bytes < budget + (64 << 12));
     db.check().unwrap();
 }
+
+/// A long read transaction holds back only the pages of its own snapshot:
+/// pages written by checkpoints after it began are reused once freed, so
+/// the data file stays near its size without the reader, and the reader
+/// still reads its snapshot.
+#[test]
+fn a_long_reader_holds_back_only_its_own_pages() {
+    let run = |hold: bool| -> u64 {
+        let vfs = SimVfs::new(9);
+        let db = builder(&vfs).create(Path::new("/s")).unwrap();
+        let mut w = db.begin_write().unwrap();
+        let mut t = w.open_table("t").unwrap();
+        for k in 0..500u32 {
+            t.insert(k.to_be_bytes(), [0u8; 50]).unwrap();
+        }
+        w.commit().unwrap();
+        db.checkpoint().unwrap();
+        let reader = hold.then(|| db.begin_read());
+        for round in 1..=60u32 {
+            let mut w = db.begin_write().unwrap();
+            let mut t = w.open_table("t").unwrap();
+            for k in 0..500u32 {
+                t.insert(k.to_be_bytes(), round.to_le_bytes().repeat(12))
+                    .unwrap();
+            }
+            w.commit().unwrap();
+            db.checkpoint().unwrap();
+        }
+        if let Some(r) = &reader {
+            let t = r.open_table("t").unwrap();
+            for k in 0..500u32 {
+                assert_eq!(t.get(k.to_be_bytes()).unwrap().unwrap().to_vec(), [0u8; 50]);
+            }
+        }
+        db.check().unwrap();
+        db.stats().page_count
+    };
+    let (without, with) = (run(false), run(true));
+    assert!(
+        with <= without * 2 + 20,
+        "a reader grew the file from {without} to {with} pages"
+    );
+}
