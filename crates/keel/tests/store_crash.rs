@@ -4,9 +4,12 @@
 //! point inside recovery, then again) → check → random transactions and
 //! checkpoints while a crash point waits somewhere in the sequence of file
 //! operations (or a sync fails with EIO) → crash (power loss or process)
-//! → next round. After every open the store must equal the model as of
-//! the last acknowledged commit, or of the one commit in flight at the
-//! crash — whole, never partial — and `check` must find every page
+//! → next round. A third of the transactions commit with
+//! `Durability::Eventual` (not waited for). After every open the store
+//! must equal the model as of the last commit acknowledged durable
+//! (`Immediate`), or of one of the commits after it — each `Eventual`
+//! commit since, then the one in flight at the crash — whole, never
+//! partial, never skipping one; and `check` must find every page
 //! accounted for.
 //!
 //! Crash points are counted by where they stopped the store (phase) and
@@ -55,6 +58,10 @@ struct Counts {
     failed_syncs: u64,
     in_doubt_applied: u64,
     in_doubt_dropped: u64,
+    eventual_commits: u64,
+    /// Eventual commits found after a crash / lost by it.
+    eventual_kept: u64,
+    eventual_lost: u64,
     max_depth: usize,
     checkpoints: u64,
 }
@@ -95,37 +102,43 @@ fn classify(sim: &SimVfs, during_checkpoint: bool, page_bytes: u64) -> Phase {
     Phase::Commit
 }
 
-/// Verify the reopened store against the model; returns the model to go on
-/// with.
+/// Verify the reopened store against the model: it must equal `acked`
+/// (the last state acknowledged durable) or one of `after` (the states
+/// after each later commit, in order: `Eventual` ones, then the one in
+/// flight). Returns the model to go on with.
 fn verify(
     db: &Database,
     acked: Tables,
-    in_doubt: Option<Tables>,
+    after: Vec<Tables>,
     c: &mut Counts,
 ) -> Result<Tables, String> {
     let got = dump(&db.begin_read()).map_err(|e| format!("read after open: {e}"))?;
     db.check().map_err(|e| format!("check after open: {e}"))?;
+    let n = after.len() as u64;
     if got == acked {
-        if in_doubt.is_some() {
+        if n > 0 {
             c.in_doubt_dropped += 1;
+            c.eventual_lost += n;
         }
         return Ok(acked);
     }
-    if let Some(m) = in_doubt {
-        if got == m {
-            c.in_doubt_applied += 1;
-            return Ok(m);
-        }
-        return Err(format!(
-            "the store equals neither the acknowledged state ({}) nor the one in flight ({})",
-            diff(&got, &acked),
-            diff(&got, &m)
-        ));
+    if let Some(i) = after.iter().position(|m| *m == got) {
+        c.in_doubt_applied += 1;
+        c.eventual_kept += i as u64 + 1;
+        c.eventual_lost += n - i as u64 - 1;
+        return Ok(got);
     }
-    Err(format!(
-        "lost or changed acknowledged data: {}",
-        diff(&got, &acked)
-    ))
+    match after.last() {
+        Some(m) => Err(format!(
+            "the store equals neither the acknowledged state ({}) nor any of the {n} after it (the last: {})",
+            diff(&got, &acked),
+            diff(&got, m)
+        )),
+        None => Err(format!(
+            "lost or changed acknowledged data: {}",
+            diff(&got, &acked)
+        )),
+    }
 }
 
 fn run_seed(seed: u64, c: &mut Counts) -> Result<(), String> {
@@ -135,7 +148,9 @@ fn run_seed(seed: u64, c: &mut Counts) -> Result<(), String> {
     let dir = Path::new("/store");
     let key_space = rng.random_range(100..700);
     let mut acked = Tables::new();
-    let mut in_doubt: Option<Tables> = None;
+    // States after the commits since `acked`: Eventual ones, and the one
+    // in flight at a crash.
+    let mut after: Vec<Tables> = Vec::new();
     for round in 0..ROUNDS_PER_SEED {
         // A crash inside recovery, then the real open.
         if round > 0 && rng.random_ratio(1, 3) {
@@ -156,8 +171,8 @@ fn run_seed(seed: u64, c: &mut Counts) -> Result<(), String> {
             }
         }
         let db = open(&vfs, dir).map_err(|e| format!("round {round}: open: {e}"))?;
-        acked =
-            verify(&db, acked, in_doubt.take(), c).map_err(|e| format!("round {round}: {e}"))?;
+        acked = verify(&db, acked, std::mem::take(&mut after), c)
+            .map_err(|e| format!("round {round}: {e}"))?;
         c.rounds += 1;
 
         // The workload, with a crash point (or a failing sync) armed.
@@ -177,7 +192,13 @@ fn run_seed(seed: u64, c: &mut Counts) -> Result<(), String> {
         let mut last_ckpt_ops = 8u64;
         let mut stop = Stop::Done;
         for _ in 0..txns {
-            let out = match random_txn(&db, &acked, &mut rng, key_space, Durability::Immediate) {
+            let durability = if rng.random_ratio(1, 3) {
+                Durability::Eventual
+            } else {
+                Durability::Immediate
+            };
+            let latest = after.last().unwrap_or(&acked);
+            let out = match random_txn(&db, latest, &mut rng, key_space, durability) {
                 Ok(out) => out,
                 // A read inside the transaction hit the crash (a journal
                 // thread reached the crash point meanwhile): nothing was
@@ -189,10 +210,18 @@ fn run_seed(seed: u64, c: &mut Counts) -> Result<(), String> {
                 Err(e) => return Err(e),
             };
             match out {
-                Outcome::Committed(m) => acked = m,
+                Outcome::Committed(m) if durability == Durability::Eventual => {
+                    c.eventual_commits += 1;
+                    after.push(m);
+                }
+                // Durable, and so is every commit before it.
+                Outcome::Committed(m) => {
+                    acked = m;
+                    after.clear();
+                }
                 Outcome::Aborted | Outcome::Refused => {}
                 Outcome::InDoubt(m) => {
-                    in_doubt = Some(m);
+                    after.push(m);
                     stop = Stop::Crashed;
                     break;
                 }
@@ -252,7 +281,7 @@ fn run_seed(seed: u64, c: &mut Counts) -> Result<(), String> {
     }
     // The last round's crash, recovered and checked.
     let db = open(&vfs, dir).map_err(|e| format!("final open: {e}"))?;
-    verify(&db, acked, in_doubt, c).map_err(|e| format!("final: {e}"))?;
+    verify(&db, acked, after, c).map_err(|e| format!("final: {e}"))?;
     Ok(())
 }
 
@@ -298,5 +327,6 @@ fn store_survives_crashes() {
         }
         assert!(c.max_depth >= 3, "{c:?}");
         assert!(c.in_doubt_applied > 0 && c.in_doubt_dropped > 0, "{c:?}");
+        assert!(c.eventual_kept > 0 && c.eventual_lost > 0, "{c:?}");
     }
 }
