@@ -4,8 +4,6 @@
 //! Run: `cargo run --release -p keel --example store_basics [DIR]`
 //! (default DIR: a new directory under the system's temp directory).
 
-use std::ops::Bound;
-
 use keel::db::{Database, DbError, Durability};
 
 fn main() -> Result<(), DbError> {
@@ -46,8 +44,7 @@ fn main() -> Result<(), DbError> {
     let users = read.open_table("users")?;
     println!("tables: {:?}", read.list_tables()?);
     println!("alice is {:?}", users.get("alice")?.map(|v| v.to_vec()));
-    let from_b = (Bound::Included(&b"b"[..]), Bound::Unbounded);
-    for kv in users.range(from_b) {
+    for kv in users.range("b"..) {
         let kv = kv?;
         println!(
             "  {} = {}",

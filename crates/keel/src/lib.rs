@@ -14,3 +14,8 @@ pub mod db;
 pub mod io;
 pub mod journal;
 mod le;
+
+/// The examples of `docs/store.md`, compiled and run as doctests.
+#[doc = include_str!("../../../docs/store.md")]
+#[cfg(doctest)]
+pub struct StoreGuideExamples;

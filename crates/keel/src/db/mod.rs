@@ -45,7 +45,9 @@ use std::time::Duration;
 
 pub use error::{DbError, Result};
 pub use store::{DATA_FILE, JOURNAL_DIR, LOCK_FILE};
-pub use txn::{Iter, KeyValue, ReadTxn, Table, TableMut, Value, WriteTxn, MAX_TABLE_NAME_BYTES};
+pub use txn::{
+    Iter, KeyRange, KeyValue, ReadTxn, Table, TableMut, Value, WriteTxn, MAX_TABLE_NAME_BYTES,
+};
 
 use crate::btree::{CacheStats, PageSize, MAX_VALUE_BYTES};
 use crate::io::{RealVfs, Vfs};

@@ -459,3 +459,38 @@ fn a_long_reader_holds_back_only_its_own_pages() {
         "a reader grew the file from {without} to {with} pages"
     );
 }
+
+/// Every form of key range reads the keys it names, with keys of any
+/// byte-like type.
+#[test]
+fn ranges_take_every_form_of_bounds() {
+    use std::ops::Bound::{Excluded, Included, Unbounded};
+    let vfs = SimVfs::new(10);
+    let db = builder(&vfs).create(Path::new("/s")).unwrap();
+    let mut w = db.begin_write().unwrap();
+    for k in ["a", "b", "bb", "c", "d"] {
+        w.open_table("t").unwrap().insert(k, b"v").unwrap();
+    }
+    // The writer's own view, through its overlay.
+    let keys = |it: Iter<'_>| -> Vec<String> {
+        it.map(|kv| String::from_utf8(kv.unwrap().key().to_vec()).unwrap())
+            .collect()
+    };
+    {
+        let t = w.open_table("t").unwrap();
+        assert_eq!(keys(t.range(&b"b"[..]..&b"c"[..])), ["b", "bb"]);
+        assert_eq!(keys(t.range("b"..="c")), ["b", "bb", "c"]);
+    }
+    w.commit().unwrap();
+    let r = db.begin_read();
+    let t = r.open_table("t").unwrap();
+    assert_eq!(keys(t.range(..)), ["a", "b", "bb", "c", "d"]);
+    assert_eq!(keys(t.range(&b"b"[..]..&b"c"[..])), ["b", "bb"]);
+    assert_eq!(keys(t.range("b"..="c")), ["b", "bb", "c"]);
+    assert_eq!(keys(t.range(b"c".to_vec()..)), ["c", "d"]);
+    assert_eq!(keys(t.range(..b"b")), ["a"]);
+    assert_eq!(keys(t.range(..="b")), ["a", "b"]);
+    assert_eq!(keys(t.range((Excluded("b"), Included("c")))), ["bb", "c"]);
+    assert_eq!(keys(t.range((Unbounded, Excluded(&b"bb"[..])))), ["a", "b"]);
+    assert!(keys(t.range("x"..)).is_empty());
+}

@@ -13,7 +13,9 @@
 use std::collections::btree_map;
 use std::collections::BTreeMap;
 use std::iter::Peekable;
-use std::ops::{Bound, Deref, RangeBounds};
+use std::ops::{
+    self, Bound, Deref, RangeFrom, RangeFull, RangeInclusive, RangeTo, RangeToInclusive,
+};
 use std::path::Path;
 use std::sync::Arc;
 
@@ -62,14 +64,96 @@ fn decode_id(path: &Path, v: &[u8]) -> Result<u32> {
     Ok(u32::from_be_bytes(b))
 }
 
+/// A range of keys, for `range` on a table: `..`, `a..b`, `a..=b`,
+/// `a..`, `..b`, `..=b`, or a pair of [`Bound`]s, with keys of any type
+/// that is `AsRef<[u8]>` (`&[u8]`, `&str`, `Vec<u8>`, `&[u8; N]`, ...):
+/// `t.range(&b"a"[..]..&b"c"[..])`, `t.range("carol"..)`.
+pub trait KeyRange {
+    /// Where the range starts.
+    fn start_key(&self) -> Bound<&[u8]>;
+    /// Where the range ends.
+    fn end_key(&self) -> Bound<&[u8]>;
+}
+
+impl KeyRange for RangeFull {
+    fn start_key(&self) -> Bound<&[u8]> {
+        Bound::Unbounded
+    }
+    fn end_key(&self) -> Bound<&[u8]> {
+        Bound::Unbounded
+    }
+}
+
+impl<K: AsRef<[u8]>> KeyRange for ops::Range<K> {
+    fn start_key(&self) -> Bound<&[u8]> {
+        Bound::Included(self.start.as_ref())
+    }
+    fn end_key(&self) -> Bound<&[u8]> {
+        Bound::Excluded(self.end.as_ref())
+    }
+}
+
+impl<K: AsRef<[u8]>> KeyRange for RangeInclusive<K> {
+    fn start_key(&self) -> Bound<&[u8]> {
+        Bound::Included(self.start().as_ref())
+    }
+    fn end_key(&self) -> Bound<&[u8]> {
+        Bound::Included(self.end().as_ref())
+    }
+}
+
+impl<K: AsRef<[u8]>> KeyRange for RangeFrom<K> {
+    fn start_key(&self) -> Bound<&[u8]> {
+        Bound::Included(self.start.as_ref())
+    }
+    fn end_key(&self) -> Bound<&[u8]> {
+        Bound::Unbounded
+    }
+}
+
+impl<K: AsRef<[u8]>> KeyRange for RangeTo<K> {
+    fn start_key(&self) -> Bound<&[u8]> {
+        Bound::Unbounded
+    }
+    fn end_key(&self) -> Bound<&[u8]> {
+        Bound::Excluded(self.end.as_ref())
+    }
+}
+
+impl<K: AsRef<[u8]>> KeyRange for RangeToInclusive<K> {
+    fn start_key(&self) -> Bound<&[u8]> {
+        Bound::Unbounded
+    }
+    fn end_key(&self) -> Bound<&[u8]> {
+        Bound::Included(self.end.as_ref())
+    }
+}
+
+impl<K: AsRef<[u8]>> KeyRange for (Bound<K>, Bound<K>) {
+    fn start_key(&self) -> Bound<&[u8]> {
+        as_key_bound(&self.0)
+    }
+    fn end_key(&self) -> Bound<&[u8]> {
+        as_key_bound(&self.1)
+    }
+}
+
+fn as_key_bound<K: AsRef<[u8]>>(b: &Bound<K>) -> Bound<&[u8]> {
+    match b {
+        Bound::Included(k) => Bound::Included(k.as_ref()),
+        Bound::Excluded(k) => Bound::Excluded(k.as_ref()),
+        Bound::Unbounded => Bound::Unbounded,
+    }
+}
+
 /// The full-key bounds of `range` inside table `id`.
-fn table_bounds(id: u32, range: &impl RangeBounds<[u8]>) -> (Bound<Vec<u8>>, Bound<Vec<u8>>) {
-    let start = match range.start_bound() {
+fn table_bounds(id: u32, range: &impl KeyRange) -> (Bound<Vec<u8>>, Bound<Vec<u8>>) {
+    let start = match range.start_key() {
         Bound::Included(k) => Bound::Included(full_key(id, k)),
         Bound::Excluded(k) => Bound::Excluded(full_key(id, k)),
         Bound::Unbounded => Bound::Included(full_key(id, &[])),
     };
-    let end = match range.end_bound() {
+    let end = match range.end_key() {
         Bound::Included(k) => Bound::Included(full_key(id, k)),
         Bound::Excluded(k) => Bound::Excluded(full_key(id, k)),
         Bound::Unbounded => table_end(id),
@@ -320,15 +404,15 @@ impl<'t> Table<'t> {
             .map(|e| Value(ValueInner::Tree(e))))
     }
 
-    /// The entries with keys in `range`, in key order.
-    pub fn range(&self, range: impl RangeBounds<[u8]>) -> Iter<'t> {
+    /// The entries with keys in `range` (see [`KeyRange`]), in key order.
+    pub fn range(&self, range: impl KeyRange) -> Iter<'t> {
         let (s, e) = table_bounds(self.id, &range);
         self.iter_bounds(s, e)
     }
 
     /// Every entry, in key order.
     pub fn iter(&self) -> Iter<'t> {
-        self.range((Bound::<&[u8]>::Unbounded, Bound::<&[u8]>::Unbounded))
+        self.range(..)
     }
 
     /// The entries whose keys start with `prefix`, in key order.
@@ -650,15 +734,15 @@ impl TableMut<'_> {
         self.txn.remove_full(key)
     }
 
-    /// The entries with keys in `range`, in key order.
-    pub fn range(&self, range: impl RangeBounds<[u8]>) -> Iter<'_> {
+    /// The entries with keys in `range` (see [`KeyRange`]), in key order.
+    pub fn range(&self, range: impl KeyRange) -> Iter<'_> {
         let (s, e) = table_bounds(self.id, &range);
         self.txn.iter_bounds(s, e)
     }
 
     /// Every entry, in key order.
     pub fn iter(&self) -> Iter<'_> {
-        self.range((Bound::<&[u8]>::Unbounded, Bound::<&[u8]>::Unbounded))
+        self.range(..)
     }
 
     /// The entries whose keys start with `prefix`, in key order.
