@@ -131,18 +131,10 @@ impl<K: AsRef<[u8]>> KeyRange for RangeToInclusive<K> {
 
 impl<K: AsRef<[u8]>> KeyRange for (Bound<K>, Bound<K>) {
     fn start_key(&self) -> Bound<&[u8]> {
-        as_key_bound(&self.0)
+        self.0.as_ref().map(AsRef::as_ref)
     }
     fn end_key(&self) -> Bound<&[u8]> {
-        as_key_bound(&self.1)
-    }
-}
-
-fn as_key_bound<K: AsRef<[u8]>>(b: &Bound<K>) -> Bound<&[u8]> {
-    match b {
-        Bound::Included(k) => Bound::Included(k.as_ref()),
-        Bound::Excluded(k) => Bound::Excluded(k.as_ref()),
-        Bound::Unbounded => Bound::Unbounded,
+        self.1.as_ref().map(AsRef::as_ref)
     }
 }
 

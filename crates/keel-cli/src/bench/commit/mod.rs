@@ -872,11 +872,7 @@ pub(super) fn timed(spec: &Spec, pool: &ValuePool, c: &dyn Committer) -> anyhow:
         usage0 = rusage();
         started = Instant::now();
         if spec.count == 0 {
-            let end = started + Duration::from_secs_f64(spec.duration);
-            while Instant::now() < end && !failed.load(Ordering::Relaxed) {
-                std::thread::sleep((end - Instant::now()).min(Duration::from_millis(50)));
-            }
-            stop.store(true, Ordering::Relaxed);
+            run_for(started, spec.duration, &failed, &stop);
         }
         handles
             .into_iter()
@@ -903,4 +899,14 @@ pub(super) fn timed(spec: &Spec, pool: &ValuePool, c: &dyn Committer) -> anyhow:
         cpu_us: usage1.1 - usage0.1,
         info: json!({}),
     })
+}
+
+/// Let the workers run for `seconds` from `started` (or until one of them
+/// fails), then tell them to stop.
+pub(super) fn run_for(started: Instant, seconds: f64, failed: &AtomicBool, stop: &AtomicBool) {
+    let end = started + Duration::from_secs_f64(seconds);
+    while Instant::now() < end && !failed.load(Ordering::Relaxed) {
+        std::thread::sleep((end - Instant::now()).min(Duration::from_millis(50)));
+    }
+    stop.store(true, Ordering::Relaxed);
 }

@@ -33,7 +33,7 @@
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Barrier;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use anyhow::{anyhow, bail, Context};
 use keel::db::{Database, Options, Stats};
@@ -344,11 +344,7 @@ fn timed_reads(spec: &Spec, db: &Database, keys: &[[u8; 16]]) -> anyhow::Result<
         barrier.wait();
         usage0 = rusage();
         started = Instant::now();
-        let end = started + Duration::from_secs_f64(spec.duration);
-        while Instant::now() < end && !failed.load(Ordering::Relaxed) {
-            std::thread::sleep((end - Instant::now()).min(Duration::from_millis(50)));
-        }
-        stop.store(true, Ordering::Relaxed);
+        super::run_for(started, spec.duration, &failed, &stop);
         handles
             .into_iter()
             .map(|h| {
