@@ -28,6 +28,7 @@
 
 #![deny(unsafe_code)]
 
+mod combine;
 mod error;
 mod freelist;
 #[doc(hidden)]
@@ -226,13 +227,21 @@ pub struct Stats {
     pub checkpoints: u64,
     pub checkpoint_pages: u64,
     pub checkpoint_ms: f64,
+    /// Transactions committed (with a record) since open.
     pub commits: u64,
-    /// Time commits held the writer slot inside `WriteTxn::commit`:
-    /// encoding the record, submitting it to the journal, applying it to
-    /// the tree (while the journal writes it). No other write transaction
-    /// runs meanwhile; the wait for durability that follows is not
-    /// counted. The time between `begin_write` and `commit` is the
-    /// caller's, and not counted either.
+    /// Groups of blind transactions committed together by one leader
+    /// (see [`WriteTxn`]): `commits` per group says how many each
+    /// committer's one wait covered.
+    pub commit_groups: u64,
+    /// Transactions committed in those groups.
+    pub grouped_commits: u64,
+    /// Time commits held the writer slot inside `WriteTxn::commit` (a
+    /// group's leader, for the group): replaying blind changes, encoding
+    /// the record, submitting it to the journal, applying it to the tree
+    /// (while the journal writes it). No other write transaction runs
+    /// meanwhile; the wait for durability that follows is not counted.
+    /// The time between `begin_write` and `commit` is the caller's, and
+    /// not counted either.
     pub commit_writer_ms: f64,
     /// Record bytes committed that no checkpoint covers yet.
     pub uncheckpointed_bytes: u64,
@@ -335,6 +344,8 @@ impl Database {
             checkpoint_pages: c.checkpoint_pages.load(Ordering::Relaxed),
             checkpoint_ms: c.checkpoint_us.load(Ordering::Relaxed) as f64 / 1000.0,
             commits: c.commits.load(Ordering::Relaxed),
+            commit_groups: c.groups.load(Ordering::Relaxed),
+            grouped_commits: c.grouped_commits.load(Ordering::Relaxed),
             commit_writer_ms: c.commit_writer_ns.load(Ordering::Relaxed) as f64 / 1e6,
             uncheckpointed_bytes: s.bytes_since_checkpoint.load(Ordering::Relaxed),
             dirty_bytes: s.dirty_bytes.load(Ordering::Relaxed),

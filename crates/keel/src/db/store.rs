@@ -11,6 +11,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
+use super::combine::Slot;
 use super::error::{DbError, Result};
 use super::freelist;
 use super::meta::{self, Meta, MetaError, PageRef};
@@ -21,7 +22,7 @@ use crate::btree::{
     TreeStats, FIRST_TREE_PAGE, MAX_PAGE_BYTES, MIN_PAGE_BYTES,
 };
 use crate::io::{self, LockGuard, OpenMode, OpenOptions, SyncKind, Vfs, VfsFile};
-use crate::journal::{Journal, JournalOptions, Lsn, RecoveryMode};
+use crate::journal::{CommitHandle, Journal, JournalOptions, Lsn, RecoveryMode};
 
 /// The data file's name inside the store directory.
 pub const DATA_FILE: &str = "data.keel";
@@ -47,7 +48,7 @@ pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 /// 0.69x the journal alone, the committer itself writing the batch in 775
 /// of 2,000 commits because the flusher had not yet run (perf sched,
 /// 2026-11-23). A change costs about 3 µs to apply at a million entries.
-const START_MIN_OPS: usize = 16;
+pub(super) const START_MIN_OPS: usize = 16;
 
 /// What only the one writer touches: the newest tree (committed, perhaps
 /// not yet durable) and its LSN.
@@ -158,6 +159,8 @@ pub(crate) struct Counters {
     pub checkpoint_pages: AtomicU64,
     pub checkpoint_us: AtomicU64,
     pub commits: AtomicU64,
+    pub groups: AtomicU64,
+    pub grouped_commits: AtomicU64,
     /// Nanoseconds commits held the writer slot inside `commit`.
     pub commit_writer_ns: AtomicU64,
 }
@@ -171,8 +174,8 @@ pub(crate) struct Shared {
     pub journal: Journal,
     /// The writer's state, taken by a write transaction (or a checkpoint)
     /// for its whole life: `None` while taken.
-    writer: Mutex<Option<WriterState>>,
-    writer_cv: Condvar,
+    pub(super) writer: Mutex<Slot>,
+    pub(super) writer_cv: Condvar,
     /// What readers see, and the poison: shared with journal callbacks
     /// (which must not hold the store itself: the last reference dropped
     /// on a journal thread would join that thread).
@@ -421,7 +424,7 @@ impl Shared {
             data,
             cache,
             journal,
-            writer: Mutex::new(None),
+            writer: Mutex::new(Slot::default()),
             writer_cv: Condvar::new(),
             published: Arc::new(Published {
                 view: Mutex::new(View {
@@ -448,7 +451,7 @@ impl Shared {
             v.tree = tree.clone();
             v.lsn = last;
         }
-        *lock(&shared.writer) = Some(WriterState {
+        lock(&shared.writer).state = Some(WriterState {
             tree,
             last_lsn: last,
         });
@@ -517,30 +520,12 @@ impl Shared {
     /// Stop accepting writes; wake everyone who waits on the store.
     pub(crate) fn set_poison(&self, why: &str) -> Arc<str> {
         let why = self.published.set_poison(why);
-        drop(lock(&self.writer));
+        // Waiting transactions fail; queued ones are failed by the
+        // committer the slot goes to.
+        self.dispatch(lock(&self.writer));
         self.writer_cv.notify_all();
         self.ckpt_cv.notify_all();
         why
-    }
-
-    // ----- the writer slot ----------------------------------------------
-
-    /// Take the writer's state, waiting while a write transaction or a
-    /// checkpoint holds it.
-    pub(crate) fn take_writer(&self) -> Result<WriterState> {
-        let mut w = lock(&self.writer);
-        loop {
-            self.check_poison()?;
-            if let Some(state) = w.take() {
-                return Ok(state);
-            }
-            w = self.writer_cv.wait(w).unwrap_or_else(|e| e.into_inner());
-        }
-    }
-
-    pub(crate) fn put_writer(&self, state: WriterState) {
-        *lock(&self.writer) = Some(state);
-        self.writer_cv.notify_one();
     }
 
     // ----- readers --------------------------------------------------------
@@ -631,6 +616,67 @@ impl Shared {
         }
         let created = tm.created();
         let (tree, freed) = tm.finish();
+        self.applied(lsn, freed, created, ops, record.len());
+        w.tree = tree.clone();
+        w.last_lsn = lsn;
+        self.put_writer(w);
+        self.counters
+            .commit_writer_ns
+            .fetch_add(started.elapsed().as_nanos() as u64, Ordering::Relaxed);
+        self.counters.commits.fetch_add(1, Ordering::Relaxed);
+        match durability {
+            Durability::Immediate => match handle.wait() {
+                Ok(_) => {
+                    self.publish(lsn, tree);
+                    Ok(())
+                }
+                Err(e) => {
+                    let why = self.set_poison(&format!("writing lsn {lsn} failed: {e}"));
+                    Err(DbError::CommitFailed(why))
+                }
+            },
+            Durability::Eventual => {
+                self.publish_on_durable(handle, lsn, tree, |_| {});
+                Ok(())
+            }
+        }
+    }
+
+    /// Publish `tree` (the state after `lsn`) once the journal reports
+    /// `handle`'s record durable, from a journal thread, or poison the
+    /// store if the write fails; then call `then` with the outcome (why
+    /// the store failed).
+    pub(crate) fn publish_on_durable(
+        &self,
+        handle: CommitHandle,
+        lsn: Lsn,
+        tree: Tree,
+        then: impl FnOnce(std::result::Result<(), Arc<str>>) + Send + 'static,
+    ) {
+        let published = Arc::clone(&self.published);
+        handle.on_durable(move |r| match r {
+            Ok(_) => {
+                published.publish(lsn, tree);
+                then(Ok(()));
+            }
+            Err(e) => then(Err(
+                published.set_poison(&format!("writing lsn {lsn} failed: {e}"))
+            )),
+        });
+    }
+
+    /// Account for a record applied to the writer's tree: the pages it
+    /// freed (reusable once no snapshot and no durable meta needs them),
+    /// the nodes it `created` by splits, its journal bytes; ask for a
+    /// checkpoint when a budget is reached.
+    pub(crate) fn applied(
+        &self,
+        lsn: Lsn,
+        freed: Vec<PageNo>,
+        created: u64,
+        ops: &[Op<'_>],
+        record_bytes: usize,
+    ) {
         // Each page reported freed is a node copied from its on-disk
         // version (or a value's page dropped: counted too, an estimate),
         // each split made a node; new overflow values are in memory until
@@ -650,43 +696,14 @@ impl Shared {
                 .pending
                 .extend(freed.into_iter().map(|p| (lsn, p)));
         }
-        w.tree = tree.clone();
-        w.last_lsn = lsn;
-        self.put_writer(w);
-        self.counters
-            .commit_writer_ns
-            .fetch_add(started.elapsed().as_nanos() as u64, Ordering::Relaxed);
         let since = self
             .bytes_since_checkpoint
-            .fetch_add(record.len() as u64, Ordering::Relaxed)
-            + record.len() as u64;
+            .fetch_add(record_bytes as u64, Ordering::Relaxed)
+            + record_bytes as u64;
         if since >= self.options.checkpoint_journal_bytes
             || dirty >= self.options.checkpoint_dirty_bytes
         {
             self.request_checkpoint();
-        }
-        self.counters.commits.fetch_add(1, Ordering::Relaxed);
-        match durability {
-            Durability::Immediate => match handle.wait() {
-                Ok(_) => {
-                    self.publish(lsn, tree);
-                    Ok(())
-                }
-                Err(e) => {
-                    let why = self.set_poison(&format!("writing lsn {lsn} failed: {e}"));
-                    Err(DbError::CommitFailed(why))
-                }
-            },
-            Durability::Eventual => {
-                let published = Arc::clone(&self.published);
-                handle.on_durable(move |r| match r {
-                    Ok(_) => published.publish(lsn, tree),
-                    Err(e) => {
-                        published.set_poison(&format!("writing lsn {lsn} failed: {e}"));
-                    }
-                });
-                Ok(())
-            }
         }
     }
 

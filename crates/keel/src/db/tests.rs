@@ -281,7 +281,7 @@ fn a_refused_table_creation_never_gives_an_id_twice() {
     commit_one(&db, b"seed", b"x").unwrap();
     let max = db.limits().max_transaction_bytes;
     let mut w = db.begin_write().unwrap();
-    let before = w.record_bytes();
+    let before = w.record_bytes().unwrap();
     // Leave room for either of the two catalog updates (the name's entry:
     // 18 bytes; the id counter's: 15) but not for both.
     let fill = max - before - (7 + 4 + 1) - 20;

@@ -10,6 +10,7 @@
 //! writer's tree; its reads merge the two. `commit` turns the overlay into
 //! one journal record (see `record.rs`) and hands it to the commit path.
 
+use std::cell::OnceCell;
 use std::collections::btree_map;
 use std::collections::BTreeMap;
 use std::iter::Peekable;
@@ -18,12 +19,13 @@ use std::ops::{
 };
 use std::path::Path;
 use std::sync::Arc;
+use std::time::Instant;
 
 use super::error::{DbError, Result};
 use super::record::{self, Op, DELETE_FIXED_BYTES, DROP_BYTES, PUT_FIXED_BYTES, RECORD_TXN};
 use super::store::{Shared, WriterState};
 use super::Durability;
-use crate::btree::{Entry, Range, Tree, MAX_VALUE_BYTES};
+use crate::btree::{Entry, PageCache, Range, Tree, MAX_VALUE_BYTES};
 use crate::journal::Lsn;
 
 /// The longest table name, in bytes of UTF-8.
@@ -253,13 +255,31 @@ pub struct Iter<'a> {
     base: Range<'a>,
     base_next: Option<Entry>,
     over: Option<OverlayRange<'a>>,
+    /// An error to report first (taking the writer slot failed).
+    error: Option<DbError>,
     done: bool,
+}
+
+impl<'a> Iter<'a> {
+    fn failed(src: &'a PageCache, e: DbError) -> Iter<'a> {
+        Iter {
+            base: Range::new(None, src, Bound::Unbounded, Bound::Unbounded),
+            base_next: None,
+            over: None,
+            error: Some(e),
+            done: false,
+        }
+    }
 }
 
 impl Iterator for Iter<'_> {
     type Item = Result<KeyValue>;
 
     fn next(&mut self) -> Option<Self::Item> {
+        if let Some(e) = self.error.take() {
+            self.done = true;
+            return Some(Err(e));
+        }
         while !self.done {
             if self.base_next.is_none() {
                 match self.base.next() {
@@ -357,6 +377,7 @@ impl ReadTxn {
             base: self.tree.range(&self.shared.cache, as_ref(&s), as_ref(&e)),
             base_next: None,
             over: None,
+            error: None,
             done: false,
         };
         collect_names(&self.shared.path, it)
@@ -419,6 +440,7 @@ impl<'t> Table<'t> {
             base: t.tree.range(&t.shared.cache, as_ref(&s), as_ref(&e)),
             base_next: None,
             over: None,
+            error: None,
             done: false,
         }
     }
@@ -426,26 +448,72 @@ impl<'t> Table<'t> {
 
 // ----- write transactions -----------------------------------------------
 
-/// The write transaction: one at a time per store. Its own reads see its
-/// own changes; nothing is visible to others before `commit`. Dropping it
-/// without committing rolls it back.
+/// The write transaction. Its own reads see its own changes; nothing is
+/// visible to others before `commit`. Dropping it without committing
+/// rolls it back.
+///
+/// Write transactions run one at a time, each holding the store's writer
+/// slot — but only from the moment it needs the tree. `begin_write` does
+/// not wait: while a transaction has only opened tables and inserted
+/// (*blind* changes, which read nothing), it keeps them to itself. Its
+/// first read (`get`, `remove`, a scan, `list_tables`, …) takes the slot,
+/// waiting while another transaction holds it, and replays the blind
+/// changes over the newest tree. A transaction still blind at `commit` is
+/// queued and committed by whichever committer holds the slot next,
+/// together with the others queued (see `combine.rs`): having read
+/// nothing, it gives the same result whenever it runs, so running it then
+/// is running it serially.
 pub struct WriteTxn {
     shared: Arc<Shared>,
-    state: Option<WriterState>,
-    overlay: Overlay,
-    dropped: Vec<u32>,
-    /// Bytes of the journal record the changes make.
-    size: usize,
     durability: Durability,
+    /// The blind changes made before the transaction took the slot.
+    blind: Blind,
+    /// The transaction once it holds the writer slot.
+    active: OnceCell<Active>,
 }
 
 impl std::fmt::Debug for WriteTxn {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("WriteTxn")
-            .field("changes", &self.overlay.len())
-            .field("record_bytes", &self.size)
-            .finish()
+        let mut d = f.debug_struct("WriteTxn");
+        match self.active.get() {
+            Some(a) => d
+                .field("changes", &a.overlay.len())
+                .field("record_bytes", &a.size),
+            None => d.field("blind_puts", &self.blind.puts.len()),
+        };
+        d.finish()
     }
+}
+
+/// A write transaction's changes before it took the writer slot: the
+/// tables it opened (by name) and its puts into them, in order.
+#[derive(Debug, Default)]
+pub(crate) struct Blind {
+    pub(crate) tables: Vec<String>,
+    /// (index in `tables`, key, value)
+    pub(crate) puts: Vec<(usize, Vec<u8>, Vec<u8>)>,
+    /// An upper bound of the record's bytes once replayed: every put as
+    /// if no other replaced it, every table as if it had to be created.
+    bound: usize,
+}
+
+impl Blind {
+    fn new() -> Blind {
+        Blind {
+            bound: 1,
+            ..Blind::default()
+        }
+    }
+
+    pub(crate) fn is_empty(&self) -> bool {
+        self.tables.is_empty() && self.puts.is_empty()
+    }
+}
+
+/// The catalog entries creating table `name` adds to a record: the next
+/// id's counter and the name's entry.
+fn create_table_bytes(name: &str) -> usize {
+    2 * (PUT_FIXED_BYTES + PREFIX + 4) + name.len()
 }
 
 fn op_bytes(key: &[u8], value: &Option<Vec<u8>>) -> usize {
@@ -455,30 +523,75 @@ fn op_bytes(key: &[u8], value: &Option<Vec<u8>>) -> usize {
     }
 }
 
-impl WriteTxn {
-    pub(crate) fn begin(shared: Arc<Shared>) -> Result<WriteTxn> {
-        let state = shared.take_writer()?;
-        Ok(WriteTxn {
+/// A write transaction holding the writer slot (or, committed with others,
+/// a view of the tree the leader is building: `owns_slot` false).
+pub(crate) struct Active {
+    shared: Arc<Shared>,
+    state: Option<WriterState>,
+    owns_slot: bool,
+    overlay: Overlay,
+    dropped: Vec<u32>,
+    /// Bytes of the journal record the changes make.
+    size: usize,
+    /// Table ids, by `TableMut::slot`.
+    ids: Vec<u32>,
+}
+
+impl Drop for Active {
+    fn drop(&mut self) {
+        if let Some(state) = self.state.take().filter(|_| self.owns_slot) {
+            self.shared.put_writer(state);
+        }
+    }
+}
+
+impl Active {
+    /// The transaction over `state`'s tree with `tables` opened and `puts`
+    /// made, in order.
+    pub(crate) fn replay(
+        shared: Arc<Shared>,
+        state: WriterState,
+        owns_slot: bool,
+        tables: &[String],
+        puts: impl IntoIterator<Item = (usize, Vec<u8>, Vec<u8>)>,
+    ) -> Result<Active> {
+        let mut a = Active {
             shared,
             state: Some(state),
+            owns_slot,
             overlay: BTreeMap::new(),
             dropped: Vec::new(),
             size: 1,
-            durability: Durability::default(),
-        })
-    }
-
-    /// What `commit` guarantees (default: [`Durability::Immediate`]).
-    pub fn set_durability(&mut self, durability: Durability) {
-        self.durability = durability;
+            ids: Vec::with_capacity(tables.len()),
+        };
+        for name in tables {
+            let id = a.open_id(name)?;
+            a.ids.push(id);
+        }
+        for (slot, key, value) in puts {
+            a.set_full(full_key(a.ids[slot], &key), Some(value))?;
+        }
+        Ok(a)
     }
 
     fn tree(&self) -> &Tree {
         &self.state.as_ref().expect("an open transaction").tree
     }
 
+    /// Drop the view of the tree (a leader's replay, before it changes the
+    /// tree: a view holding nodes would make the change copy them).
+    pub(crate) fn drop_view(&mut self) {
+        debug_assert!(!self.owns_slot);
+        self.state = None;
+    }
+
     fn max_record(&self) -> usize {
         self.shared.journal.options().max_record_bytes()
+    }
+
+    /// Bytes of the journal record.
+    pub(crate) fn size(&self) -> usize {
+        self.size
     }
 
     /// The value of a full key as this transaction sees it.
@@ -532,42 +645,41 @@ impl WriteTxn {
         }
     }
 
-    /// The table `name`, created if it does not exist.
-    pub fn open_table(&mut self, name: &str) -> Result<TableMut<'_>> {
-        let id = match self.table_id(name)? {
-            Some(id) => id,
-            None => {
-                let next_key = full_key(CATALOG, &[]);
-                let id = match self.get_full(&next_key)? {
-                    Some(v) => decode_id(&self.shared.path, &v)?,
-                    None => 1,
-                };
-                let next = id.checked_add(1).ok_or(DbError::BadTableName {
-                    name: name.into(),
-                    reason: "every table id was used",
-                })?;
-                // The counter first: if the name's entry is then refused
-                // (the transaction's size), an id is skipped, never given
-                // twice.
-                self.set_full(next_key, Some(next.to_be_bytes().to_vec()))?;
-                self.set_full(
-                    full_key(CATALOG, name.as_bytes()),
-                    Some(id.to_be_bytes().to_vec()),
-                )?;
-                id
-            }
+    /// The id of table `name`, created if it does not exist.
+    fn open_id(&mut self, name: &str) -> Result<u32> {
+        if let Some(id) = self.table_id(name)? {
+            return Ok(id);
+        }
+        let next_key = full_key(CATALOG, &[]);
+        let id = match self.get_full(&next_key)? {
+            Some(v) => decode_id(&self.shared.path, &v)?,
+            None => 1,
         };
-        Ok(TableMut { txn: self, id })
+        let next = id.checked_add(1).ok_or(DbError::BadTableName {
+            name: name.into(),
+            reason: "every table id was used",
+        })?;
+        // The counter first: if the name's entry is then refused (the
+        // transaction's size), an id is skipped, never given twice.
+        self.set_full(next_key, Some(next.to_be_bytes().to_vec()))?;
+        self.set_full(
+            full_key(CATALOG, name.as_bytes()),
+            Some(id.to_be_bytes().to_vec()),
+        )?;
+        Ok(id)
     }
 
-    /// The table `name` if it exists (without creating it).
-    pub fn existing_table(&mut self, name: &str) -> Result<Option<TableMut<'_>>> {
-        Ok(self.table_id(name)?.map(|id| TableMut { txn: self, id }))
+    /// Whether the changes touch the catalog (a table created or dropped).
+    pub(crate) fn changes_catalog(&self) -> bool {
+        !self.dropped.is_empty()
+            || self
+                .overlay
+                .range::<[u8], _>((Bound::Unbounded, Bound::Excluded(&1u32.to_be_bytes()[..])))
+                .next()
+                .is_some()
     }
 
-    /// Drop the table `name` and all its entries; returns whether it
-    /// existed.
-    pub fn delete_table(&mut self, name: &str) -> Result<bool> {
+    fn delete_table(&mut self, name: &str) -> Result<bool> {
         let Some(id) = self.table_id(name)? else {
             return Ok(false);
         };
@@ -600,8 +712,7 @@ impl WriteTxn {
         Ok(true)
     }
 
-    /// The names of the tables, sorted (as this transaction sees them).
-    pub fn list_tables(&self) -> Result<Vec<String>> {
+    fn list_tables(&self) -> Result<Vec<String>> {
         let (s, e) = table_bounds(CATALOG, &(Bound::Excluded(&[][..]), Bound::Unbounded));
         collect_names(&self.shared.path, self.iter_bounds(s, e))
     }
@@ -617,13 +728,180 @@ impl WriteTxn {
                     .range::<[u8], _>((as_ref(&s), as_ref(&e)))
                     .peekable(),
             ),
+            error: None,
             done: false,
         }
     }
 
+    /// The changes, in the order the record lists them.
+    pub(crate) fn ops(&self) -> Vec<Op<'_>> {
+        let mut ops = Vec::with_capacity(self.dropped.len() + self.overlay.len());
+        ops.extend(self.dropped.iter().map(|&id| Op::DropTable(id)));
+        ops.extend(self.overlay.iter().map(|(k, v)| match v {
+            Some(v) => Op::Put(k, v),
+            None => Op::Delete(k),
+        }));
+        ops
+    }
+
+    /// The journal record of `ops` (this transaction's).
+    pub(crate) fn record(&self, ops: &[Op<'_>]) -> Result<Vec<u8>> {
+        let mut rec = Vec::with_capacity(self.size);
+        rec.push(RECORD_TXN);
+        for op in ops {
+            record::push(&mut rec, *op);
+        }
+        debug_assert_eq!(rec.len(), self.size);
+        if rec.len() > self.max_record() {
+            // Checked at every change; kept as the last word before submit.
+            return Err(DbError::TransactionTooLarge {
+                len: rec.len(),
+                max: self.max_record(),
+            });
+        }
+        Ok(rec)
+    }
+
+    fn commit(mut self, durability: Durability, started: Instant) -> Result<()> {
+        let state = self.state.take().expect("an open transaction");
+        let shared = Arc::clone(&self.shared);
+        if self.overlay.is_empty() && self.dropped.is_empty() {
+            // Nothing to write; but `Immediate` still means that every
+            // earlier commit (an `Eventual` one too) is durable and
+            // visible when this returns.
+            let last = state.last_lsn;
+            shared.put_writer(state);
+            if durability == Durability::Immediate {
+                shared.wait_published(last)?;
+            }
+            return Ok(());
+        }
+        let ops = self.ops();
+        let rec = match self.record(&ops) {
+            Ok(rec) => rec,
+            Err(e) => {
+                shared.put_writer(state);
+                return Err(e);
+            }
+        };
+        shared.commit(state, rec, &ops, durability, started)
+    }
+}
+
+impl WriteTxn {
+    pub(crate) fn begin(shared: Arc<Shared>) -> Result<WriteTxn> {
+        shared.check_poison()?;
+        Ok(WriteTxn {
+            shared,
+            durability: Durability::default(),
+            blind: Blind::new(),
+            active: OnceCell::new(),
+        })
+    }
+
+    /// What `commit` guarantees (default: [`Durability::Immediate`]).
+    pub fn set_durability(&mut self, durability: Durability) {
+        self.durability = durability;
+    }
+
+    fn max_record(&self) -> usize {
+        self.shared.journal.options().max_record_bytes()
+    }
+
+    /// The transaction with the writer slot: taken now (waiting while
+    /// another transaction holds it) if not yet, the blind changes
+    /// replayed.
+    fn active(&self) -> Result<&Active> {
+        if self.active.get().is_none() {
+            let state = self.shared.take_writer()?;
+            let a = Active::replay(
+                Arc::clone(&self.shared),
+                state,
+                true,
+                &self.blind.tables,
+                self.blind
+                    .puts
+                    .iter()
+                    .map(|(s, k, v)| (*s, k.clone(), v.clone())),
+            )?;
+            let _ = self.active.set(a);
+        }
+        Ok(self.active.get().expect("set above"))
+    }
+
+    fn active_mut(&mut self) -> Result<&mut Active> {
+        self.active()?;
+        // Replayed: the blind changes are in the overlay now.
+        self.blind = Blind::new();
+        Ok(self.active.get_mut().expect("set above"))
+    }
+
+    /// A handle on the table at `slot` of an active transaction.
+    fn push_table(&mut self, id: u32) -> Result<TableMut<'_>> {
+        let a = self.active_mut()?;
+        a.ids.push(id);
+        let slot = a.ids.len() - 1;
+        Ok(TableMut { txn: self, slot })
+    }
+
+    /// The table `name`, created if it does not exist. (The table is
+    /// created when the transaction takes the writer slot, at its first
+    /// read or at `commit`: an error creating it, such as every table id
+    /// having been used, comes from there.)
+    pub fn open_table(&mut self, name: &str) -> Result<TableMut<'_>> {
+        check_name(name)?;
+        if self.active.get().is_none() {
+            if let Some(slot) = self.blind.tables.iter().position(|t| t == name) {
+                return Ok(TableMut { txn: self, slot });
+            }
+            let bound = self.blind.bound + create_table_bytes(name);
+            if bound <= self.max_record() {
+                self.blind.tables.push(name.into());
+                self.blind.bound = bound;
+                let slot = self.blind.tables.len() - 1;
+                return Ok(TableMut { txn: self, slot });
+            }
+        }
+        let id = self.active_mut()?.open_id(name)?;
+        self.push_table(id)
+    }
+
+    /// The table `name` if it exists (without creating it).
+    pub fn existing_table(&mut self, name: &str) -> Result<Option<TableMut<'_>>> {
+        match self.active_mut()?.table_id(name)? {
+            Some(id) => self.push_table(id).map(Some),
+            None => Ok(None),
+        }
+    }
+
+    /// Drop the table `name` and all its entries; returns whether it
+    /// existed.
+    pub fn delete_table(&mut self, name: &str) -> Result<bool> {
+        self.active_mut()?.delete_table(name)
+    }
+
+    /// The names of the tables, sorted (as this transaction sees them).
+    pub fn list_tables(&self) -> Result<Vec<String>> {
+        self.active()?.list_tables()
+    }
+
     /// Bytes of the journal record this transaction would append.
-    pub fn record_bytes(&self) -> usize {
-        self.size
+    pub fn record_bytes(&self) -> Result<usize> {
+        Ok(self.active()?.size)
+    }
+
+    fn insert(&mut self, slot: usize, key: &[u8], value: &[u8]) -> Result<()> {
+        if self.active.get().is_none() {
+            let bound = self.blind.bound + PUT_FIXED_BYTES + PREFIX + key.len() + value.len();
+            if bound <= self.max_record() {
+                self.blind.puts.push((slot, key.to_vec(), value.to_vec()));
+                self.blind.bound = bound;
+                return Ok(());
+            }
+            // Perhaps too large: the exact count decides.
+        }
+        let a = self.active_mut()?;
+        a.set_full(full_key(a.ids[slot], key), Some(value.to_vec()))
     }
 
     /// Make the changes durable (per the durability level) and visible.
@@ -634,63 +912,29 @@ impl WriteTxn {
     /// happened; after (`CommitFailed`), the store stops accepting writes
     /// and reopening tells whether the commit is there.
     pub fn commit(mut self) -> Result<()> {
-        let started = std::time::Instant::now();
-        let state = self.state.take().expect("an open transaction");
-        if self.overlay.is_empty() && self.dropped.is_empty() {
-            // Nothing to write; but `Immediate` still means that every
-            // earlier commit (an `Eventual` one too) is durable and
-            // visible when this returns.
-            let last = state.last_lsn;
-            self.shared.put_writer(state);
-            if self.durability == Durability::Immediate {
-                self.shared.wait_published(last)?;
-            }
-            return Ok(());
+        let started = Instant::now();
+        if self.active.get().is_none() && !self.blind.is_empty() {
+            let blind = std::mem::take(&mut self.blind);
+            return self.shared.commit_blind(blind, self.durability);
         }
-        let mut rec = Vec::with_capacity(self.size);
-        rec.push(RECORD_TXN);
-        let mut ops = Vec::with_capacity(self.dropped.len() + self.overlay.len());
-        ops.extend(self.dropped.iter().map(|&id| Op::DropTable(id)));
-        ops.extend(self.overlay.iter().map(|(k, v)| match v {
-            Some(v) => Op::Put(k, v),
-            None => Op::Delete(k),
-        }));
-        for op in &ops {
-            record::push(&mut rec, *op);
-        }
-        debug_assert_eq!(rec.len(), self.size);
-        if rec.len() > self.max_record() {
-            // Checked at every change; kept as the last word before submit.
-            self.shared.put_writer(state);
-            return Err(DbError::TransactionTooLarge {
-                len: rec.len(),
-                max: self.max_record(),
-            });
-        }
-        self.shared
-            .commit(state, rec, &ops, self.durability, started)
+        self.active()?;
+        let active = self.active.take().expect("active");
+        active.commit(self.durability, started)
     }
 
     /// Discard the changes (as dropping does).
     pub fn abort(self) {}
 }
 
-impl Drop for WriteTxn {
-    fn drop(&mut self) {
-        if let Some(state) = self.state.take() {
-            self.shared.put_writer(state);
-        }
-    }
-}
-
 /// A table inside a write transaction.
 pub struct TableMut<'t> {
     txn: &'t mut WriteTxn,
-    id: u32,
+    /// The table's index among those the transaction opened.
+    slot: usize,
 }
 
 impl TableMut<'_> {
-    fn key(&self, key: &[u8]) -> Result<Vec<u8>> {
+    fn check_key(&self, key: &[u8]) -> Result<()> {
         let max = max_key_bytes(&self.txn.shared);
         if key.len() > max {
             return Err(DbError::KeyTooLong {
@@ -698,38 +942,52 @@ impl TableMut<'_> {
                 max,
             });
         }
-        Ok(full_key(self.id, key))
+        Ok(())
+    }
+
+    /// The full key of `key`, with the writer slot taken.
+    fn full(&self, key: &[u8]) -> Result<(&Active, Vec<u8>)> {
+        self.check_key(key)?;
+        let a = self.txn.active()?;
+        Ok((a, full_key(a.ids[self.slot], key)))
     }
 
     /// Insert `key` with `value`, replacing any value it had.
     pub fn insert(&mut self, key: impl AsRef<[u8]>, value: impl AsRef<[u8]>) -> Result<()> {
-        let key = self.key(key.as_ref())?;
-        let value = value.as_ref();
+        let (key, value) = (key.as_ref(), value.as_ref());
+        self.check_key(key)?;
         if value.len() as u64 > MAX_VALUE_BYTES {
             return Err(DbError::ValueTooLong {
                 len: value.len() as u64,
                 max: MAX_VALUE_BYTES,
             });
         }
-        self.txn.set_full(key, Some(value.to_vec()))
+        self.txn.insert(self.slot, key, value)
     }
 
     /// The value of `key`, with this transaction's changes.
     pub fn get(&self, key: impl AsRef<[u8]>) -> Result<Option<Value>> {
-        let key = self.key(key.as_ref())?;
-        self.txn.get_full(&key)
+        let (a, key) = self.full(key.as_ref())?;
+        a.get_full(&key)
     }
 
     /// Remove `key`; returns whether it was present.
     pub fn remove(&mut self, key: impl AsRef<[u8]>) -> Result<bool> {
-        let key = self.key(key.as_ref())?;
-        self.txn.remove_full(key)
+        self.check_key(key.as_ref())?;
+        let a = self.txn.active_mut()?;
+        let key = full_key(a.ids[self.slot], key.as_ref());
+        a.remove_full(key)
     }
 
     /// The entries with keys in `range` (see [`KeyRange`]), in key order.
     pub fn range(&self, range: impl KeyRange) -> Iter<'_> {
-        let (s, e) = table_bounds(self.id, &range);
-        self.txn.iter_bounds(s, e)
+        match self.txn.active() {
+            Ok(a) => {
+                let (s, e) = table_bounds(a.ids[self.slot], &range);
+                a.iter_bounds(s, e)
+            }
+            Err(e) => Iter::failed(&self.txn.shared.cache, e),
+        }
     }
 
     /// Every entry, in key order.
@@ -739,7 +997,12 @@ impl TableMut<'_> {
 
     /// The entries whose keys start with `prefix`, in key order.
     pub fn prefix(&self, prefix: impl AsRef<[u8]>) -> Iter<'_> {
-        let (s, e) = prefix_bounds(self.id, prefix.as_ref());
-        self.txn.iter_bounds(s, e)
+        match self.txn.active() {
+            Ok(a) => {
+                let (s, e) = prefix_bounds(a.ids[self.slot], prefix.as_ref());
+                a.iter_bounds(s, e)
+            }
+            Err(e) => Iter::failed(&self.txn.shared.cache, e),
+        }
     }
 }

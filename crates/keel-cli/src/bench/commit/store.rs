@@ -127,7 +127,7 @@ fn create(spec: &Spec, dir: &Path) -> anyhow::Result<(Database, BenchTree)> {
     let mut txn = db.begin_write()?;
     txn.open_table(TABLE)?
         .insert([0u8; 16], vec![0u8; spec.size])?;
-    let actual = txn.record_bytes();
+    let actual = txn.record_bytes()?;
     txn.abort();
     if actual != record_bytes(1, spec.size) {
         bail!(
@@ -164,6 +164,12 @@ fn stats_json(before: &Stats, after: &Stats) -> serde_json::Value {
         "checkpoint_pages": after.checkpoint_pages - before.checkpoint_pages,
         "checkpoint_ms": round(after.checkpoint_ms - before.checkpoint_ms, 1),
         "store_commits": after.commits - before.commits,
+        "commit_groups": after.commit_groups - before.commit_groups,
+        "commits_per_group": round(
+            (after.grouped_commits - before.grouped_commits) as f64
+                / (after.commit_groups - before.commit_groups).max(1) as f64,
+            2
+        ),
         "writes": writes,
         "records_per_write": round((j1.records - j0.records) as f64 / writes.max(1) as f64, 2),
         "bytes_written": j1.bytes_written - j0.bytes_written,
