@@ -494,3 +494,124 @@ fn ranges_take_every_form_of_bounds() {
     assert_eq!(keys(t.range((Unbounded, Excluded(&b"bb"[..])))), ["a", "b"]);
     assert!(keys(t.range("x"..)).is_empty());
 }
+
+/// Blind transactions (tables opened, keys inserted, nothing read) from
+/// many threads commit in groups, each its own record: every acknowledged
+/// one survives a power loss, and recovery replays them in order.
+#[test]
+fn concurrent_blind_transactions_commit_in_groups_and_survive_power_loss() {
+    for seed in 0..20 {
+        blind_groups_round(seed);
+    }
+}
+
+fn blind_groups_round(seed: u64) {
+    let vfs = SimVfs::new(seed);
+    let dir = Path::new("/s");
+    let db = builder(&vfs).create(dir).unwrap();
+    const THREADS: u32 = 8;
+    const COMMITS: u32 = 60;
+    // Per thread: the last commit acknowledged durable (`Immediate`).
+    let acked: Vec<u32> = std::thread::scope(|s| {
+        let threads: Vec<_> = (0..THREADS)
+            .map(|t| {
+                let db = &db;
+                s.spawn(move || {
+                    let mut acked = 0;
+                    for c in 1..=COMMITS {
+                        let mut w = db.begin_write().unwrap();
+                        let eventual = c % 3 == 0;
+                        if eventual {
+                            w.set_durability(Durability::Eventual);
+                        }
+                        let mut tab = w.open_table("t").unwrap();
+                        tab.insert(format!("{t}/{c}"), c.to_be_bytes()).unwrap();
+                        drop(tab);
+                        w.commit().unwrap();
+                        if !eventual {
+                            acked = c;
+                        }
+                    }
+                    acked
+                })
+            })
+            .collect();
+        threads.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    let stats = db.stats();
+    assert_eq!(stats.commits, u64::from(THREADS * COMMITS));
+    assert!(stats.commit_groups >= 1 && stats.grouped_commits <= stats.commits);
+    // Power loss at once: nothing more reaches the files (the journal's
+    // last writes in flight, the close).
+    vfs.crash_after_ops(0);
+    drop(db);
+    vfs.crash(CrashMode::PowerLoss);
+    let db = builder(&vfs).open(dir).unwrap();
+    for (t, &last) in acked.iter().enumerate() {
+        for c in 1..=last {
+            let v = get(&db, "t", format!("{t}/{c}").as_bytes());
+            assert_eq!(
+                v,
+                Some(c.to_be_bytes().to_vec()),
+                "{t}/{c} was acknowledged"
+            );
+        }
+    }
+    // The table was created once, by whichever transaction ran first.
+    assert_eq!(
+        db.begin_read().list_tables().unwrap(),
+        vec!["t".to_string()]
+    );
+    db.check().unwrap();
+}
+
+/// `begin_write` does not wait; a transaction's first read takes the
+/// writer slot. A blind transaction committed while another holds the slot
+/// runs after it: its write wins.
+#[test]
+fn a_blind_transaction_queued_behind_a_reading_one_runs_after_it() {
+    let vfs = SimVfs::new(9);
+    let db = builder(&vfs).create("/s").unwrap();
+    let mut first = db.begin_write().unwrap();
+    let mut t = first.open_table("t").unwrap();
+    assert!(t.get(b"k").unwrap().is_none()); // takes the slot
+    t.insert(b"k", b"first").unwrap();
+    drop(t);
+    std::thread::scope(|s| {
+        let queued = s.spawn(|| {
+            // Does not wait here...
+            let mut w = db.begin_write().unwrap();
+            w.open_table("t").unwrap().insert(b"k", b"second").unwrap();
+            // ...but here, until `first` gives the slot back.
+            w.commit().unwrap();
+        });
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        assert!(
+            !queued.is_finished(),
+            "a blind commit ran while the slot was held"
+        );
+        first.commit().unwrap();
+        queued.join().unwrap();
+    });
+    assert_eq!(get(&db, "t", b"k").as_deref(), Some(&b"second"[..]));
+}
+
+/// A blind transaction whose table is dropped before it runs creates the
+/// table anew, as `open_table` would have at that moment.
+#[test]
+fn a_blind_transaction_recreates_a_table_dropped_before_it_ran() {
+    let vfs = SimVfs::new(10);
+    let db = builder(&vfs).create("/s").unwrap();
+    let mut w = db.begin_write().unwrap();
+    w.open_table("t").unwrap().insert(b"old", b"1").unwrap();
+    w.commit().unwrap();
+    let mut blind = db.begin_write().unwrap();
+    blind.open_table("t").unwrap().insert(b"new", b"2").unwrap();
+    let mut dropper = db.begin_write().unwrap();
+    assert!(dropper.delete_table("t").unwrap());
+    dropper.commit().unwrap();
+    blind.commit().unwrap();
+    assert_eq!(get(&db, "t", b"old"), None);
+    assert_eq!(get(&db, "t", b"new").as_deref(), Some(&b"2"[..]));
+    db.check().unwrap();
+}
