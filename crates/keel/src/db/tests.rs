@@ -526,7 +526,6 @@ fn blind_groups_round(seed: u64) {
                         }
                         let mut tab = w.open_table("t").unwrap();
                         tab.insert(format!("{t}/{c}"), c.to_be_bytes()).unwrap();
-                        drop(tab);
                         w.commit().unwrap();
                         if !eventual {
                             acked = c;
@@ -576,7 +575,6 @@ fn a_blind_transaction_queued_behind_a_reading_one_runs_after_it() {
     let mut t = first.open_table("t").unwrap();
     assert!(t.get(b"k").unwrap().is_none()); // takes the slot
     t.insert(b"k", b"first").unwrap();
-    drop(t);
     std::thread::scope(|s| {
         let queued = s.spawn(|| {
             // Does not wait here...
