@@ -6,23 +6,23 @@
 //! engines: w1/w2 the thread id and sequence number, w3 random keys), then
 //! `commit`, which returns once the transaction's journal record is durable
 //! (`Durability::Immediate`, the default). The latency of a commit is the
-//! whole transaction, from `begin_write` to `commit`'s return: with T
-//! threads it includes waiting for the writer slot (one write transaction
-//! at a time), but not for another commit's durability (a commit gives the
-//! slot back before it waits).
+//! whole transaction, from `begin_write` to `commit`'s return. The
+//! transaction is blind (it reads nothing): `begin_write` does not wait for
+//! the writer slot, `commit` queues the transaction, and the committer
+//! holding the slot commits the queued ones together (`keel::db`,
+//! `WriteTxn`); a committer waits for the slot, or for its group's leader,
+//! and for the journal, but not for later commits.
 //!
-//! **What runs serially.** A transaction holds the writer slot from
-//! `begin_write` until `commit` has applied it to the tree; only the wait
-//! for the journal comes after. `info` splits each commit into: waiting for
-//! the slot (`begin_wait`), building the transaction (`build`: the table
-//! lookup and the puts into the transaction's overlay), and `commit`'s part
-//! with the slot (`commit_writer`: encoding the record, submitting it,
-//! applying it to the tree while the journal writes it; the store's
-//! `Stats::commit_writer_ms`). `build` + `commit_writer` is the serial time
-//! per commit: no other transaction runs meanwhile, so it bounds commits/s
-//! at any T. The rest of the commit call (`commit_wait`) is the wait for
-//! the journal's write and the publication to readers, which other
-//! transactions overlap.
+//! **What runs serially.** A group's leader holds the writer slot while it
+//! replays, encodes, submits and applies its transactions; only the wait
+//! for the journal comes after. `info` splits each commit into:
+//! `begin_wait` (`begin_write`: backpressure only), building the
+//! transaction (`build`: the puts into the transaction's blind list), and
+//! the slot's time per commit (`commit_writer`, the store's
+//! `Stats::commit_writer_ms`). `commit_writer` is the serial time per
+//! commit, which bounds commits/s at any T. The rest of the commit call
+//! (`commit_wait`) is waiting for the slot or the group's leader, for the
+//! journal's write and the publication to readers.
 //!
 //! **r1.** Loads `--count` random keys in transactions of `--batch` puts
 //! (untimed), checkpoints, then T threads each get random loaded keys, each
@@ -232,14 +232,15 @@ pub(super) fn run(spec: &Spec, dir: &Path, pool: &ValuePool) -> anyhow::Result<O
         "begin_wait_us_per_commit": per_commit_us(begin_ns),
         "build_us_per_commit": per_commit_us(build_ns),
         "commit_writer_us_per_commit": per_commit_us(writer_ns),
-        "serial_us_per_commit": per_commit_us(build_ns + writer_ns),
+        "serial_us_per_commit": per_commit_us(writer_ns),
         "commit_call_us_per_commit": per_commit_us(commit_ns),
         "commit_wait_us_per_commit": per_commit_us(commit_ns.saturating_sub(writer_ns)),
-        "serial": "serial_us = build (open_table and the puts, writer slot held) + commit_writer \
-                   (inside commit until the slot is given back: encode, submit, apply to the \
-                   tree while the journal writes); commit_wait = the rest of the commit call \
-                   (waiting for the journal, publishing); begin_wait = begin_write waiting for \
-                   the slot (another transaction, a checkpoint's page assignment, backpressure)",
+        "serial": "serial_us = commit_writer: the writer slot's time per commit (a group's \
+                   leader replays each blind transaction, encodes, submits, applies to the tree \
+                   while the journal writes); build = the puts into the transaction's blind \
+                   list, no slot held; commit_wait = the rest of the commit call (waiting for the \
+                   slot or the group's leader, for the journal, publishing); begin_wait = \
+                   begin_write (backpressure only)",
         "durable": "each commit returns once its journal record is durable (Durability::Immediate): \
                     the journal's O_DIRECT|O_DSYNC write (or write + fdatasync) of its batch; \
                     checkpoints write the data file in the background",
