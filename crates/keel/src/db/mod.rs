@@ -295,8 +295,11 @@ impl Database {
         })
     }
 
-    /// Begin the write transaction, waiting while another one is open.
-    /// Readers are never blocked by it.
+    /// Begin a write transaction. Does not wait for another one: the
+    /// transaction takes the writer slot at its first read, or at
+    /// `commit` (see [`WriteTxn`]). Runs a checkpoint first when the
+    /// store is past its backpressure budgets. Readers are never blocked
+    /// by writers.
     pub fn begin_write(&self) -> Result<WriteTxn> {
         self.shared.backpressure()?;
         WriteTxn::begin(Arc::clone(&self.shared))
