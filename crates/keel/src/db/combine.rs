@@ -235,10 +235,7 @@ impl Shared {
             last: None,
             last_lsn: w.last_lsn,
             tree: None,
-            failure: self.check_poison().err().map(|e| match e {
-                DbError::Poisoned(why) => why,
-                e => e.to_string().into(),
-            }),
+            failure: self.check_poison().err().map(failure_reason),
         };
         let mut tm = w.tree.edit();
         let mut ops_submitted = 0;
@@ -420,10 +417,7 @@ impl Shared {
         };
         match last {
             // Nothing written: `Immediate` still waits for earlier commits.
-            None => tell(self.wait_published(last_lsn).map_err(|e| match e {
-                DbError::Poisoned(why) => why,
-                e => e.to_string().into(),
-            })),
+            None => tell(self.wait_published(last_lsn).map_err(failure_reason)),
             Some(h) if wait => tell(match h.wait() {
                 Ok(_) => {
                     self.publish(last_lsn, tree);
@@ -433,6 +427,14 @@ impl Shared {
             }),
             Some(h) => self.publish_on_durable(h, last_lsn, tree, tell),
         }
+    }
+}
+
+/// Why the store stopped: a poisoning's reason, or the error's text.
+fn failure_reason(e: DbError) -> Arc<str> {
+    match e {
+        DbError::Poisoned(why) => why,
+        e => e.to_string().into(),
     }
 }
 
