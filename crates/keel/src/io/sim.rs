@@ -163,9 +163,11 @@ impl NsOp {
     }
 }
 
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 struct FailRule {
     kind: OpKind,
+    /// Only operations on this file count, when set.
+    path: Option<PathBuf>,
     remaining: u64,
     errno: i32,
 }
@@ -320,6 +322,19 @@ impl SimVfs {
     pub fn fail_after(&self, kind: OpKind, nth: u64, errno: i32) {
         self.lock_state().fail_rules.push(FailRule {
             kind,
+            path: None,
+            remaining: nth,
+            errno,
+        });
+    }
+
+    /// Like [`SimVfs::fail_after`], counting only operations on `path`: a
+    /// test aims at one file while other threads (a journal's segment
+    /// preparation, say) keep doing I/O on others.
+    pub fn fail_after_on(&self, path: &Path, kind: OpKind, nth: u64, errno: i32) {
+        self.lock_state().fail_rules.push(FailRule {
+            kind,
+            path: Some(path.to_path_buf()),
             remaining: nth,
             errno,
         });
@@ -448,7 +463,8 @@ impl State {
         self.op_count += 1;
         let mut failure = None;
         for rule in &mut self.fail_rules {
-            if rule.kind == OpKind::Any || rule.kind == kind {
+            let on_path = rule.path.as_deref().is_none_or(|p| p == path);
+            if on_path && (rule.kind == OpKind::Any || rule.kind == kind) {
                 if rule.remaining == 0 && failure.is_none() {
                     failure = Some(rule.errno);
                     rule.remaining = u64::MAX;

@@ -413,3 +413,34 @@ fn several_writes_in_flight_work_with_the_default_batch_start() {
         Err(JournalError::BadOptions(_))
     ));
 }
+
+/// Fix: a waiter whose journal is poisoned between its check of
+/// `poisoned` and its read of the slot word must not sleep forever. The
+/// hook poisons the journal at that point, with every write permit taken
+/// (so the waiter cannot turn writer and must sleep): the wait fails with
+/// `Poisoned` instead of hanging. Before the fix the word was read after
+/// the check, and this test hung (a chained-crash run once did, in CI).
+#[test]
+fn a_poisoning_just_before_a_waiter_sleeps_wakes_it() {
+    let (vfs, dir) = sim(11);
+    let j = Journal::open(vfs.clone(), &dir, small_options()).unwrap();
+    let h = j.submit(b"in the open batch").unwrap();
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        super::leader::test_hooks::set_before_sleep_decision(|shared| {
+            shared.writers.fetch_add(
+                shared.options.writes_in_flight,
+                std::sync::atomic::Ordering::SeqCst,
+            );
+            writer::poison_all(shared, shared.lock(), Arc::new(IoError::Crashed));
+        });
+        let _ = tx.send(h.wait());
+    });
+    match rx.recv_timeout(Duration::from_secs(20)) {
+        Ok(result) => assert!(
+            matches!(result, Err(JournalError::Poisoned(_))),
+            "{result:?}"
+        ),
+        Err(_) => panic!("the waiter slept through the poisoning (lost wake-up)"),
+    }
+}

@@ -66,6 +66,14 @@ impl Flight {
 /// Wait until batch `id` is durable, writing batches when a permit is free.
 pub(super) fn wait_batch(shared: &Shared, id: u64) -> Result<(), JournalError> {
     loop {
+        // Read the slot word before looking at anything that can end the
+        // wait. Whoever completes this batch, poisons the journal or stops
+        // writing changes the word *after* changing that state: either the
+        // checks below see the change, or the word differs from `seen` and
+        // the sleep returns at once. (Checking `poisoned` before this read
+        // lost the wake-up of a poisoning that fell between the two.)
+        let slot = shared.slot(id);
+        let seen = slot.word.load(Ordering::SeqCst);
         if shared.completed_batch.load(Ordering::Acquire) >= id {
             return Ok(());
         }
@@ -74,14 +82,8 @@ pub(super) fn wait_batch(shared: &Shared, id: u64) -> Result<(), JournalError> {
         {
             return Err(poison_result(shared));
         }
-        // Read the slot word before trying to write: a writer that stops,
-        // or completes this batch, after this read changes the word, so the
-        // sleep below returns.
-        let slot = shared.slot(id);
-        let seen = slot.word.load(Ordering::SeqCst);
-        if shared.completed_batch.load(Ordering::Acquire) >= id {
-            return Ok(());
-        }
+        #[cfg(test)]
+        test_hooks::before_sleep_decision(shared);
         // Once our batch's write has started, only its completion matters.
         if shared.started_batch.load(Ordering::SeqCst) < id && take_permit(shared) {
             if let Some(result) = write_until(shared, id) {
@@ -329,4 +331,31 @@ fn write_batch(shared: &Shared, batch: &Sealed) -> Result<(), IoError> {
         .spec
         .method
         .write_durably(batch.slab.file.as_ref(), &buf[..padded], batch.slab.offset)
+}
+
+/// Hooks that let a unit test act at an exact point of a waiter's loop.
+#[cfg(test)]
+pub(super) mod test_hooks {
+    use std::cell::RefCell;
+
+    use super::Shared;
+
+    type Hook = Box<dyn FnOnce(&Shared)>;
+
+    thread_local! {
+        static BEFORE_SLEEP_DECISION: RefCell<Option<Hook>> = RefCell::new(None);
+    }
+
+    /// Run `hook` once, on this thread, in `wait_batch` after its checks
+    /// for completion and poisoning and before it decides to write or to
+    /// sleep: the window in which a lost wake-up would strike.
+    pub(in crate::journal) fn set_before_sleep_decision(hook: impl FnOnce(&Shared) + 'static) {
+        BEFORE_SLEEP_DECISION.with(|h| *h.borrow_mut() = Some(Box::new(hook)));
+    }
+
+    pub(super) fn before_sleep_decision(shared: &Shared) {
+        if let Some(hook) = BEFORE_SLEEP_DECISION.with(|h| h.borrow_mut().take()) {
+            hook(shared);
+        }
+    }
 }
