@@ -44,11 +44,16 @@ impl fmt::Debug for OverflowValue {
 
 impl OverflowValue {
     pub(crate) fn in_memory(bytes: &[u8]) -> OverflowValue {
+        OverflowValue::shared(Arc::from(bytes))
+    }
+
+    /// A value not yet on disk, whose bytes the caller already holds.
+    pub(crate) fn shared(bytes: Arc<[u8]>) -> OverflowValue {
         OverflowValue {
             len: bytes.len() as u64,
             location: OnceLock::new(),
             pages: OnceLock::new(),
-            mem: Mutex::new(Some(Arc::from(bytes))),
+            mem: Mutex::new(Some(bytes)),
         }
     }
 

@@ -184,6 +184,27 @@ impl TreeMut {
         key: &[u8],
         value: &[u8],
     ) -> Result<(), BtreeError> {
+        self.insert_value(src, key, value, None)
+    }
+
+    /// [`TreeMut::insert`] of a value the caller holds shared: one large
+    /// enough for overflow pages is kept as it is, not copied.
+    pub fn insert_shared(
+        &mut self,
+        src: &dyn PageSource,
+        key: &[u8],
+        value: &Arc<[u8]>,
+    ) -> Result<(), BtreeError> {
+        self.insert_value(src, key, value, Some(value))
+    }
+
+    fn insert_value(
+        &mut self,
+        src: &dyn PageSource,
+        key: &[u8],
+        value: &[u8],
+        shared: Option<&Arc<[u8]>>,
+    ) -> Result<(), BtreeError> {
         let max_key = self.page_size.max_key_bytes();
         if key.len() > max_key {
             return Err(BtreeError::KeyTooLong {
@@ -199,7 +220,10 @@ impl TreeMut {
         }
         let overflow;
         let value = if value.len() > self.page_size.max_inline_value_bytes() {
-            overflow = Arc::new(OverflowValue::in_memory(value));
+            overflow = Arc::new(match shared {
+                Some(bytes) => OverflowValue::shared(Arc::clone(bytes)),
+                None => OverflowValue::in_memory(value),
+            });
             ValueRef::Overflow(&overflow)
         } else {
             ValueRef::Inline(value)

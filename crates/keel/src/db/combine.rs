@@ -237,6 +237,7 @@ impl Shared {
             tree: None,
             failure: self.check_poison().err().map(failure_reason),
         };
+        let mut record_buf = std::mem::take(&mut w.record_buf);
         let mut tm = w.tree.edit();
         let mut ops_submitted = 0;
         // An unapplied member changes the catalog: apply before the next
@@ -262,10 +263,7 @@ impl Shared {
                     .push(Member::Settled(Err(DbError::Poisoned(Arc::clone(why)))));
                 continue;
             }
-            let view = WriterState {
-                tree: tm.snapshot(),
-                last_lsn: g.last_lsn,
-            };
+            let view = WriterState::new(tm.snapshot(), g.last_lsn);
             let replayed = Active::replay(Arc::clone(self), view, false, &blind.tables, blind.puts);
             let mut a = match replayed {
                 Ok(a) => a,
@@ -280,7 +278,7 @@ impl Shared {
                 g.members.push(Member::Empty);
                 continue;
             }
-            let rec = match a.record(&ops) {
+            let rec = match a.record(&ops, std::mem::take(&mut record_buf)) {
                 Ok(rec) => rec,
                 Err(e) => {
                     g.members.push(Member::Settled(Err(e)));
@@ -289,7 +287,9 @@ impl Shared {
             };
             ops_submitted += ops.len();
             drop(ops);
-            match self.journal.submit(&rec) {
+            let submitted = self.journal.submit(&rec);
+            record_buf = rec;
+            match submitted {
                 Ok(h) => {
                     g.last_lsn = h.lsn();
                     catalog_changed = a.changes_catalog();
@@ -333,6 +333,7 @@ impl Shared {
             w.last_lsn = g.last_lsn;
             g.tree = Some(tree);
         }
+        w.recycle(record_buf);
         self.counters
             .commits
             .fetch_add(submitted, Ordering::Relaxed);

@@ -5,6 +5,8 @@
 //! Keys here are full tree keys: the 4-byte big-endian table id, then the
 //! user's key. Table 0 is the catalog (see `txn.rs`).
 
+use std::sync::Arc;
+
 use crate::le::{get_u16, get_u32, put_u16, put_u32};
 
 /// The first byte of a transaction record.
@@ -24,15 +26,29 @@ pub(crate) const DROP_BYTES: usize = 1 + 4;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Op<'a> {
     Put(&'a [u8], &'a [u8]),
+    /// A put whose value a live transaction holds shared: encoded as a
+    /// [`Op::Put`]; a value large enough for overflow pages becomes the
+    /// tree's without a copy.
+    PutShared(&'a [u8], &'a Arc<[u8]>),
     Delete(&'a [u8]),
     /// Remove every key of the table (its id prefix).
     DropTable(u32),
 }
 
-impl Op<'_> {
+impl<'a> Op<'a> {
+    /// The key and value of a put.
+    pub(crate) fn put(&self) -> Option<(&'a [u8], &'a [u8])> {
+        match *self {
+            Op::Put(k, v) => Some((k, v)),
+            Op::PutShared(k, v) => Some((k, &v[..])),
+            Op::Delete(_) | Op::DropTable(_) => None,
+        }
+    }
+
     pub(crate) fn encoded_bytes(&self) -> usize {
         match self {
             Op::Put(k, v) => PUT_FIXED_BYTES + k.len() + v.len(),
+            Op::PutShared(k, v) => PUT_FIXED_BYTES + k.len() + v.len(),
             Op::Delete(k) => DELETE_FIXED_BYTES + k.len(),
             Op::DropTable(_) => DROP_BYTES,
         }
@@ -41,17 +57,22 @@ impl Op<'_> {
 
 /// Append `op` to a record being built (which starts with [`RECORD_TXN`]).
 pub(crate) fn push(out: &mut Vec<u8>, op: Op<'_>) {
+    if let Some((k, v)) = op.put() {
+        // Appended, not zero-filled then copied: values may be large.
+        let mut fixed = [0u8; PUT_FIXED_BYTES];
+        fixed[0] = OP_PUT;
+        put_u16(&mut fixed, 1, k.len() as u16);
+        put_u32(&mut fixed, 3, v.len() as u32);
+        out.extend_from_slice(&fixed);
+        out.extend_from_slice(k);
+        out.extend_from_slice(v);
+        return;
+    }
     let at = out.len();
     out.resize(at + op.encoded_bytes(), 0);
     let b = &mut out[at..];
     match op {
-        Op::Put(k, v) => {
-            b[0] = OP_PUT;
-            put_u16(b, 1, k.len() as u16);
-            put_u32(b, 3, v.len() as u32);
-            b[PUT_FIXED_BYTES..PUT_FIXED_BYTES + k.len()].copy_from_slice(k);
-            b[PUT_FIXED_BYTES + k.len()..].copy_from_slice(v);
-        }
+        Op::Put(..) | Op::PutShared(..) => unreachable!("appended above"),
         Op::Delete(k) => {
             b[0] = OP_DELETE;
             put_u16(b, 1, k.len() as u16);

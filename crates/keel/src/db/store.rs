@@ -56,6 +56,33 @@ pub(super) const START_MIN_OPS: usize = 16;
 pub(crate) struct WriterState {
     pub tree: Tree,
     pub last_lsn: Lsn,
+    /// The buffer records are encoded into, kept between commits: a fresh
+    /// one per commit came from memory the allocator had not touched yet,
+    /// and the kernel zeroing it was a tenth of w1's time (perf,
+    /// 2026-11-23). See [`WriterState::recycle`].
+    pub record_buf: Vec<u8>,
+}
+
+/// A record buffer larger than this is not kept for the next commit.
+const KEEP_RECORD_BUF_BYTES: usize = 1 << 20;
+
+impl WriterState {
+    pub(crate) fn new(tree: Tree, last_lsn: Lsn) -> WriterState {
+        WriterState {
+            tree,
+            last_lsn,
+            record_buf: Vec::new(),
+        }
+    }
+
+    /// Keep `buf` (emptied) for the next commit's record, unless a large
+    /// transaction grew it past [`KEEP_RECORD_BUF_BYTES`].
+    pub(crate) fn recycle(&mut self, mut buf: Vec<u8>) {
+        if buf.capacity() <= KEEP_RECORD_BUF_BYTES {
+            buf.clear();
+            self.record_buf = buf;
+        }
+    }
 }
 
 /// What readers see: the tree of the highest durable LSN, and the LSNs of
@@ -451,10 +478,7 @@ impl Shared {
             v.tree = tree.clone();
             v.lsn = last;
         }
-        lock(&shared.writer).state = Some(WriterState {
-            tree,
-            last_lsn: last,
-        });
+        lock(&shared.writer).state = Some(WriterState::new(tree, last));
         Ok(Arc::new(shared))
     }
 
@@ -594,7 +618,10 @@ impl Shared {
             self.put_writer(w);
             return Err(e);
         }
-        let handle = match self.journal.submit(&record) {
+        let submitted = self.journal.submit(&record);
+        let record_bytes = record.len();
+        w.recycle(record);
+        let handle = match submitted {
             Ok(h) => h,
             Err(e) => {
                 // Nothing was queued, but the journal refuses more.
@@ -616,7 +643,7 @@ impl Shared {
         }
         let created = tm.created();
         let (tree, freed) = tm.finish();
-        self.applied(lsn, freed, created, ops, record.len());
+        self.applied(lsn, freed, created, ops, record_bytes);
         w.tree = tree.clone();
         w.last_lsn = lsn;
         self.put_writer(w);
@@ -685,10 +712,9 @@ impl Shared {
         let dirtied = (freed.len() as u64 + created) * self.page_size.bytes() as u64
             + ops
                 .iter()
-                .map(|op| match op {
-                    Op::Put(_, v) if v.len() > max_inline => v.len() as u64,
-                    _ => 0,
-                })
+                .filter_map(|op| op.put())
+                .map(|(_, v)| v.len() as u64)
+                .filter(|&len| len > max_inline as u64)
                 .sum::<u64>();
         let dirty = self.dirty_bytes.fetch_add(dirtied, Ordering::Relaxed) + dirtied;
         if !freed.is_empty() {
@@ -1045,6 +1071,7 @@ pub(crate) fn apply(tm: &mut TreeMut, src: &PageCache, ops: &[Op<'_>]) -> Result
     for op in ops {
         match *op {
             Op::Put(k, v) => tm.insert(src, k, v)?,
+            Op::PutShared(k, v) => tm.insert_shared(src, k, v)?,
             Op::Delete(k) => {
                 tm.remove(src, k)?;
             }

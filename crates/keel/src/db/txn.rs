@@ -193,7 +193,7 @@ pub struct Value(ValueInner);
 #[derive(Debug, Clone)]
 enum ValueInner {
     Tree(Entry),
-    Owned(Vec<u8>),
+    Owned(Arc<[u8]>),
 }
 
 impl Value {
@@ -226,7 +226,7 @@ pub struct KeyValue(KvInner);
 #[derive(Debug, Clone)]
 enum KvInner {
     Tree(Entry),
-    Owned(Vec<u8>, Vec<u8>),
+    Owned(Vec<u8>, Arc<[u8]>),
 }
 
 impl KeyValue {
@@ -246,8 +246,11 @@ impl KeyValue {
     }
 }
 
-type Overlay = BTreeMap<Vec<u8>, Option<Vec<u8>>>;
-type OverlayRange<'a> = Peekable<btree_map::Range<'a, Vec<u8>, Option<Vec<u8>>>>;
+/// A transaction's changes: full key → new value (`None`: deleted). Values
+/// are shared (`Arc`) so that a large one becomes the tree's overflow value
+/// without another copy.
+type Overlay = BTreeMap<Vec<u8>, Option<Arc<[u8]>>>;
+type OverlayRange<'a> = Peekable<btree_map::Range<'a, Vec<u8>, Option<Arc<[u8]>>>>;
 
 /// A scan in key order: the tree's entries, merged with a write
 /// transaction's own changes.
@@ -491,7 +494,7 @@ impl std::fmt::Debug for WriteTxn {
 pub(crate) struct Blind {
     pub(crate) tables: Vec<String>,
     /// (index in `tables`, key, value)
-    pub(crate) puts: Vec<(usize, Vec<u8>, Vec<u8>)>,
+    pub(crate) puts: Vec<(usize, Vec<u8>, Arc<[u8]>)>,
     /// An upper bound of the record's bytes once replayed: every put as
     /// if no other replaced it, every table as if it had to be created.
     bound: usize,
@@ -516,7 +519,7 @@ fn create_table_bytes(name: &str) -> usize {
     2 * (PUT_FIXED_BYTES + PREFIX + 4) + name.len()
 }
 
-fn op_bytes(key: &[u8], value: &Option<Vec<u8>>) -> usize {
+fn op_bytes(key: &[u8], value: &Option<Arc<[u8]>>) -> usize {
     match value {
         Some(v) => PUT_FIXED_BYTES + key.len() + v.len(),
         None => DELETE_FIXED_BYTES + key.len(),
@@ -553,7 +556,7 @@ impl Active {
         state: WriterState,
         owns_slot: bool,
         tables: &[String],
-        puts: impl IntoIterator<Item = (usize, Vec<u8>, Vec<u8>)>,
+        puts: impl IntoIterator<Item = (usize, Vec<u8>, Arc<[u8]>)>,
     ) -> Result<Active> {
         let mut a = Active {
             shared,
@@ -607,7 +610,7 @@ impl Active {
 
     /// Record a change to a full key, refusing it if the record would
     /// outgrow one journal record.
-    fn set_full(&mut self, key: Vec<u8>, value: Option<Vec<u8>>) -> Result<()> {
+    fn set_full(&mut self, key: Vec<u8>, value: Option<Arc<[u8]>>) -> Result<()> {
         let old = self.overlay.get(&key).map_or(0, |v| op_bytes(&key, v));
         let size = self.size - old + op_bytes(&key, &value);
         if size > self.max_record() {
@@ -661,10 +664,10 @@ impl Active {
         })?;
         // The counter first: if the name's entry is then refused (the
         // transaction's size), an id is skipped, never given twice.
-        self.set_full(next_key, Some(next.to_be_bytes().to_vec()))?;
+        self.set_full(next_key, Some(Arc::from(&next.to_be_bytes()[..])))?;
         self.set_full(
             full_key(CATALOG, name.as_bytes()),
-            Some(id.to_be_bytes().to_vec()),
+            Some(Arc::from(&id.to_be_bytes()[..])),
         )?;
         Ok(id)
     }
@@ -738,15 +741,17 @@ impl Active {
         let mut ops = Vec::with_capacity(self.dropped.len() + self.overlay.len());
         ops.extend(self.dropped.iter().map(|&id| Op::DropTable(id)));
         ops.extend(self.overlay.iter().map(|(k, v)| match v {
-            Some(v) => Op::Put(k, v),
+            Some(v) => Op::PutShared(k, v),
             None => Op::Delete(k),
         }));
         ops
     }
 
-    /// The journal record of `ops` (this transaction's).
-    pub(crate) fn record(&self, ops: &[Op<'_>]) -> Result<Vec<u8>> {
-        let mut rec = Vec::with_capacity(self.size);
+    /// The journal record of `ops` (this transaction's), encoded into
+    /// `rec` (a buffer kept between commits: see `WriterState`).
+    pub(crate) fn record(&self, ops: &[Op<'_>], mut rec: Vec<u8>) -> Result<Vec<u8>> {
+        rec.clear();
+        rec.reserve(self.size);
         rec.push(RECORD_TXN);
         for op in ops {
             record::push(&mut rec, *op);
@@ -763,7 +768,7 @@ impl Active {
     }
 
     fn commit(mut self, durability: Durability, started: Instant) -> Result<()> {
-        let state = self.state.take().expect("an open transaction");
+        let mut state = self.state.take().expect("an open transaction");
         let shared = Arc::clone(&self.shared);
         if self.overlay.is_empty() && self.dropped.is_empty() {
             // Nothing to write; but `Immediate` still means that every
@@ -777,7 +782,7 @@ impl Active {
             return Ok(());
         }
         let ops = self.ops();
-        let rec = match self.record(&ops) {
+        let rec = match self.record(&ops, std::mem::take(&mut state.record_buf)) {
             Ok(rec) => rec,
             Err(e) => {
                 shared.put_writer(state);
@@ -894,14 +899,14 @@ impl WriteTxn {
         if self.active.get().is_none() {
             let bound = self.blind.bound + PUT_FIXED_BYTES + PREFIX + key.len() + value.len();
             if bound <= self.max_record() {
-                self.blind.puts.push((slot, key.to_vec(), value.to_vec()));
+                self.blind.puts.push((slot, key.to_vec(), Arc::from(value)));
                 self.blind.bound = bound;
                 return Ok(());
             }
             // Perhaps too large: the exact count decides.
         }
         let a = self.active_mut()?;
-        a.set_full(full_key(a.ids[slot], key), Some(value.to_vec()))
+        a.set_full(full_key(a.ids[slot], key), Some(Arc::from(value)))
     }
 
     /// Make the changes durable (per the durability level) and visible.
