@@ -287,8 +287,8 @@ impl Shared {
             };
             ops_submitted += ops.len();
             drop(ops);
-            let submitted = self.journal.submit(&rec);
-            record_buf = rec;
+            let submitted = self.journal.submit_parts(&rec.parts());
+            record_buf = rec.into_buf();
             match submitted {
                 Ok(h) => {
                     g.last_lsn = h.lsn();

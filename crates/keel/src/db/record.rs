@@ -59,12 +59,7 @@ impl<'a> Op<'a> {
 pub(crate) fn push(out: &mut Vec<u8>, op: Op<'_>) {
     if let Some((k, v)) = op.put() {
         // Appended, not zero-filled then copied: values may be large.
-        let mut fixed = [0u8; PUT_FIXED_BYTES];
-        fixed[0] = OP_PUT;
-        put_u16(&mut fixed, 1, k.len() as u16);
-        put_u32(&mut fixed, 3, v.len() as u32);
-        out.extend_from_slice(&fixed);
-        out.extend_from_slice(k);
+        push_put_head(out, k, v.len());
         out.extend_from_slice(v);
         return;
     }
@@ -83,6 +78,17 @@ pub(crate) fn push(out: &mut Vec<u8>, op: Op<'_>) {
             put_u32(b, 1, id);
         }
     }
+}
+
+/// Append a put's fixed fields and its key: the put's `value_len` bytes of
+/// value must follow (appended by the caller, or gathered at submit).
+pub(crate) fn push_put_head(out: &mut Vec<u8>, k: &[u8], value_len: usize) {
+    let mut fixed = [0u8; PUT_FIXED_BYTES];
+    fixed[0] = OP_PUT;
+    put_u16(&mut fixed, 1, k.len() as u16);
+    put_u32(&mut fixed, 3, value_len as u32);
+    out.extend_from_slice(&fixed);
+    out.extend_from_slice(k);
 }
 
 /// Why a record did not decode.

@@ -16,6 +16,7 @@ use super::error::{DbError, Result};
 use super::freelist;
 use super::meta::{self, Meta, MetaError, PageRef};
 use super::record::{self, Op};
+use super::txn::Record;
 use super::{Durability, Options};
 use crate::btree::{
     check_tree, detach_clean, reserve_pages, Location, PageCache, PageNo, PageSize, Tree, TreeMut,
@@ -64,7 +65,7 @@ pub(crate) struct WriterState {
 }
 
 /// A record buffer larger than this is not kept for the next commit.
-const KEEP_RECORD_BUF_BYTES: usize = 1 << 20;
+pub(crate) const KEEP_RECORD_BUF_BYTES: usize = 1 << 20;
 
 impl WriterState {
     pub(crate) fn new(tree: Tree, last_lsn: Lsn) -> WriterState {
@@ -609,7 +610,7 @@ impl Shared {
     pub(crate) fn commit(
         self: &Arc<Self>,
         mut w: WriterState,
-        record: Vec<u8>,
+        record: Record<'_>,
         ops: &[Op<'_>],
         durability: Durability,
         started: Instant,
@@ -618,9 +619,9 @@ impl Shared {
             self.put_writer(w);
             return Err(e);
         }
-        let submitted = self.journal.submit(&record);
+        let submitted = self.journal.submit_parts(&record.parts());
         let record_bytes = record.len();
-        w.recycle(record);
+        w.recycle(record.into_buf());
         let handle = match submitted {
             Ok(h) => h,
             Err(e) => {

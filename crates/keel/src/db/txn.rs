@@ -23,7 +23,7 @@ use std::time::Instant;
 
 use super::error::{DbError, Result};
 use super::record::{self, Op, DELETE_FIXED_BYTES, DROP_BYTES, PUT_FIXED_BYTES, RECORD_TXN};
-use super::store::{Shared, WriterState};
+use super::store::{Shared, WriterState, KEEP_RECORD_BUF_BYTES};
 use super::Durability;
 use crate::btree::{Entry, PageCache, Range, Tree, MAX_VALUE_BYTES};
 use crate::journal::Lsn;
@@ -519,6 +519,43 @@ fn create_table_bytes(name: &str) -> usize {
     2 * (PUT_FIXED_BYTES + PREFIX + 4) + name.len()
 }
 
+/// Values at least this large are not copied into a record's buffer: the
+/// journal gathers them from the transaction (`Journal::submit_parts`).
+const GATHER_VALUE_BYTES: usize = 1024;
+
+/// A transaction's journal record: `buf`, with each large value spliced in
+/// at its offset (the record is `buf[..o1]`, value 1, `buf[o1..o2]`, …).
+pub(crate) struct Record<'s> {
+    buf: Vec<u8>,
+    large: Vec<(usize, &'s Arc<[u8]>)>,
+    len: usize,
+}
+
+impl Record<'_> {
+    /// The record's bytes, in order, for `Journal::submit_parts`.
+    pub(crate) fn parts(&self) -> Vec<&[u8]> {
+        let mut parts = Vec::with_capacity(2 * self.large.len() + 1);
+        let mut from = 0;
+        for &(at, v) in &self.large {
+            parts.push(&self.buf[from..at]);
+            parts.push(&v[..]);
+            from = at;
+        }
+        parts.push(&self.buf[from..]);
+        parts
+    }
+
+    /// The record's length in bytes.
+    pub(crate) fn len(&self) -> usize {
+        self.len
+    }
+
+    /// The buffer, to keep for the next record.
+    pub(crate) fn into_buf(self) -> Vec<u8> {
+        self.buf
+    }
+}
+
 fn op_bytes(key: &[u8], value: &Option<Arc<[u8]>>) -> usize {
     match value {
         Some(v) => PUT_FIXED_BYTES + key.len() + v.len(),
@@ -748,23 +785,35 @@ impl Active {
     }
 
     /// The journal record of `ops` (this transaction's), encoded into
-    /// `rec` (a buffer kept between commits: see `WriterState`).
-    pub(crate) fn record(&self, ops: &[Op<'_>], mut rec: Vec<u8>) -> Result<Vec<u8>> {
-        rec.clear();
-        rec.reserve(self.size);
-        rec.push(RECORD_TXN);
+    /// `buf` (a buffer kept between commits: see `WriterState`) except for
+    /// large values, which the record refers to where the transaction
+    /// holds them (see [`Record`]).
+    pub(crate) fn record<'s>(&'s self, ops: &[Op<'s>], mut buf: Vec<u8>) -> Result<Record<'s>> {
+        buf.clear();
+        buf.reserve(self.size.min(KEEP_RECORD_BUF_BYTES));
+        buf.push(RECORD_TXN);
+        let mut large = Vec::new();
+        let mut len = 1;
         for op in ops {
-            record::push(&mut rec, *op);
+            match *op {
+                Op::PutShared(k, v) if v.len() >= GATHER_VALUE_BYTES => {
+                    // The value goes in at this offset, at submit.
+                    record::push_put_head(&mut buf, k, v.len());
+                    large.push((buf.len(), v));
+                }
+                _ => record::push(&mut buf, *op),
+            }
+            len += op.encoded_bytes();
         }
-        debug_assert_eq!(rec.len(), self.size);
-        if rec.len() > self.max_record() {
+        debug_assert_eq!(len, self.size);
+        if len > self.max_record() {
             // Checked at every change; kept as the last word before submit.
             return Err(DbError::TransactionTooLarge {
-                len: rec.len(),
+                len,
                 max: self.max_record(),
             });
         }
-        Ok(rec)
+        Ok(Record { buf, large, len })
     }
 
     fn commit(mut self, durability: Durability, started: Instant) -> Result<()> {

@@ -222,6 +222,17 @@ impl RecordHeader {
     /// with the checksum over header and payload.
     pub fn encode(&self, payload: &[u8], out: &mut [u8]) {
         debug_assert_eq!(self.len as usize, payload.len());
+        self.encode_header(payload, out);
+    }
+
+    /// Encode the header into `out`, whose payload (`self.len` bytes after
+    /// the header) is already in place: a record gathered from parts.
+    pub fn encode_in_place(&self, out: &mut [u8]) {
+        let (h, rest) = out.split_at_mut(RECORD_HEADER_BYTES);
+        self.encode_header(&rest[..self.len as usize], h);
+    }
+
+    fn encode_header(&self, payload: &[u8], out: &mut [u8]) {
         let h = &mut out[..RECORD_HEADER_BYTES];
         put_u32(h, RH_LEN, self.len);
         put_u64(h, RH_LSN, self.lsn);

@@ -319,7 +319,15 @@ impl Journal {
     /// record is durable only after [`CommitHandle::wait`] (or the
     /// callback) reports success.
     pub fn submit(&self, payload: &[u8]) -> Result<CommitHandle, JournalError> {
-        writer::submit(&self.shared, payload)
+        writer::submit(&self.shared, &[payload])
+    }
+
+    /// [`Journal::submit`] of the record made of `parts`, one after the
+    /// other, copied straight into the batch: a caller whose record holds
+    /// large values it already has elsewhere need not copy them into one
+    /// buffer first.
+    pub fn submit_parts(&self, parts: &[&[u8]]) -> Result<CommitHandle, JournalError> {
+        writer::submit(&self.shared, parts)
     }
 
     /// The LSN of the last durable record (0 if none).

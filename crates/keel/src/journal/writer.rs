@@ -529,25 +529,30 @@ impl CommitHandle {
 }
 
 /// Queue `payload` as the next record.
-pub(super) fn submit(shared: &Arc<Shared>, payload: &[u8]) -> Result<CommitHandle, JournalError> {
+pub(super) fn submit(shared: &Arc<Shared>, parts: &[&[u8]]) -> Result<CommitHandle, JournalError> {
     let max = shared.options.max_record_bytes();
-    if payload.len() > max {
-        return Err(JournalError::RecordTooLarge {
-            len: payload.len(),
-            max,
-        });
+    let len = parts.iter().map(|p| p.len()).sum::<usize>();
+    if len > max {
+        return Err(JournalError::RecordTooLarge { len, max });
     }
     // Compression happens here, before any shared state is touched.
     let compressed = shared
         .options
         .lz4_min_bytes
-        .filter(|&min| payload.len() >= min)
-        .and_then(|_| lz4_encode(payload));
-    let (payload, extra_flags) = match &compressed {
-        Some(c) => (&c[..], FLAG_LZ4),
-        None => (payload, 0),
+        .filter(|&min| len >= min)
+        .and_then(|_| match parts {
+            [one] => lz4_encode(one),
+            _ => lz4_encode(&parts.concat()),
+        });
+    let compressed_part;
+    let (parts, len, extra_flags) = match &compressed {
+        Some(c) => {
+            compressed_part = [&c[..]];
+            (&compressed_part[..], c.len(), FLAG_LZ4)
+        }
+        None => (parts, len, 0),
     };
-    let need = RECORD_HEADER_BYTES + payload.len();
+    let need = RECORD_HEADER_BYTES + len;
     loop {
         if shared.poisoned.load(Ordering::Acquire) {
             return Err(poison_result(shared));
@@ -569,7 +574,7 @@ pub(super) fn submit(shared: &Arc<Shared>, payload: &[u8]) -> Result<CommitHandl
             if at + need <= slab.capacity {
                 let lsn = slab.first_lsn + index;
                 let header = RecordHeader {
-                    len: payload.len() as u32,
+                    len: len as u32,
                     lsn,
                     seq: slab.seq,
                     salt: slab.salt,
@@ -584,8 +589,12 @@ pub(super) fn submit(shared: &Arc<Shared>, payload: &[u8]) -> Result<CommitHandl
                 // (`capacity` ≤ its length) and was reserved by this thread
                 // alone; nobody reads it before `settled` counts it.
                 let out = unsafe { std::slice::from_raw_parts_mut(slab.base.add(at), need) };
-                header.encode(payload, out);
-                out[RECORD_HEADER_BYTES..].copy_from_slice(payload);
+                let mut to = RECORD_HEADER_BYTES;
+                for part in parts {
+                    out[to..to + part.len()].copy_from_slice(part);
+                    to += part.len();
+                }
+                header.encode_in_place(out);
                 slab.settled.fetch_add(1, Ordering::Release);
                 return Ok(CommitHandle {
                     shared: Arc::clone(shared),
