@@ -56,28 +56,27 @@ impl<'a> Op<'a> {
 }
 
 /// Append `op` to a record being built (which starts with [`RECORD_TXN`]).
+/// Every field is appended (not zero-filled, then copied): values may be
+/// large.
 pub(crate) fn push(out: &mut Vec<u8>, op: Op<'_>) {
-    if let Some((k, v)) = op.put() {
-        // Appended, not zero-filled then copied: values may be large.
-        push_put_head(out, k, v.len());
-        out.extend_from_slice(v);
-        return;
-    }
-    let at = out.len();
-    out.resize(at + op.encoded_bytes(), 0);
-    let b = &mut out[at..];
     match op {
-        Op::Put(..) | Op::PutShared(..) => unreachable!("appended above"),
+        Op::Put(k, v) => push_put(out, k, v),
+        Op::PutShared(k, v) => push_put(out, k, v),
         Op::Delete(k) => {
-            b[0] = OP_DELETE;
-            put_u16(b, 1, k.len() as u16);
-            b[DELETE_FIXED_BYTES..].copy_from_slice(k);
+            out.push(OP_DELETE);
+            out.extend_from_slice(&(k.len() as u16).to_le_bytes());
+            out.extend_from_slice(k);
         }
         Op::DropTable(id) => {
-            b[0] = OP_DROP_TABLE;
-            put_u32(b, 1, id);
+            out.push(OP_DROP_TABLE);
+            out.extend_from_slice(&id.to_le_bytes());
         }
     }
+}
+
+fn push_put(out: &mut Vec<u8>, k: &[u8], v: &[u8]) {
+    push_put_head(out, k, v.len());
+    out.extend_from_slice(v);
 }
 
 /// Append a put's fixed fields and its key: the put's `value_len` bytes of

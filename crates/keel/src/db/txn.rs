@@ -528,7 +528,6 @@ const GATHER_VALUE_BYTES: usize = 1024;
 pub(crate) struct Record<'s> {
     buf: Vec<u8>,
     large: Vec<(usize, &'s Arc<[u8]>)>,
-    len: usize,
 }
 
 impl Record<'_> {
@@ -547,7 +546,7 @@ impl Record<'_> {
 
     /// The record's length in bytes.
     pub(crate) fn len(&self) -> usize {
-        self.len
+        self.buf.len() + self.large.iter().map(|(_, v)| v.len()).sum::<usize>()
     }
 
     /// The buffer, to keep for the next record.
@@ -793,7 +792,6 @@ impl Active {
         buf.reserve(self.size.min(KEEP_RECORD_BUF_BYTES));
         buf.push(RECORD_TXN);
         let mut large = Vec::new();
-        let mut len = 1;
         for op in ops {
             match *op {
                 Op::PutShared(k, v) if v.len() >= GATHER_VALUE_BYTES => {
@@ -803,17 +801,17 @@ impl Active {
                 }
                 _ => record::push(&mut buf, *op),
             }
-            len += op.encoded_bytes();
         }
-        debug_assert_eq!(len, self.size);
-        if len > self.max_record() {
+        let rec = Record { buf, large };
+        debug_assert_eq!(rec.len(), self.size);
+        if rec.len() > self.max_record() {
             // Checked at every change; kept as the last word before submit.
             return Err(DbError::TransactionTooLarge {
-                len,
+                len: rec.len(),
                 max: self.max_record(),
             });
         }
-        Ok(Record { buf, large, len })
+        Ok(rec)
     }
 
     fn commit(mut self, durability: Durability, started: Instant) -> Result<()> {
