@@ -17,6 +17,7 @@
 #![deny(unsafe_code)]
 
 mod arena;
+mod batch;
 mod cache;
 mod check;
 mod checkpoint;
@@ -32,6 +33,7 @@ mod spare;
 mod tree;
 mod write;
 
+pub use batch::{Change, Fork, FORK_MIN_CHANGES};
 pub use cache::{
     read_overflow_chain, CacheStats, NoPageSource, OverflowData, PageCache, PageSource,
 };

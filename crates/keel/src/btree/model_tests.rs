@@ -4,10 +4,12 @@
 //! middle that write the tree to a simulated file and drop it from memory,
 //! so that later operations read through a page cache far smaller than the
 //! tree. Every checkpoint also checks that the pages the writer reported
-//! freed are exactly those the tree stopped using.
+//! freed are exactly those the tree stopped using. Batches of puts and
+//! removes go through `TreeMut::apply` on two threads.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::ops::Bound::{self, Excluded, Included, Unbounded};
+use std::sync::Arc;
 
 use proptest::prelude::*;
 
@@ -43,6 +45,11 @@ enum Op {
     Get {
         key: u16,
     },
+    /// Puts (`Some(len)`) and removes (`None`), applied at once on two
+    /// threads; a key may appear more than once.
+    Batch {
+        changes: Vec<(u16, Option<usize>)>,
+    },
     Snapshot,
     DropSnapshot,
     Checkpoint {
@@ -67,6 +74,11 @@ fn op() -> impl Strategy<Value = Op> {
             .prop_map(|(lo, w, inclusive)| Op::RemoveRange { lo, hi: lo.saturating_add(w), inclusive }),
         5 => (0..KEYS, 0..KEYS).prop_map(|(lo, hi)| Op::Scan { lo, hi }),
         5 => (0..KEYS).prop_map(|key| Op::Get { key }),
+        4 => proptest::collection::vec(
+                (0..KEYS, proptest::option::weighted(0.7, value_len())),
+                0..120,
+            )
+            .prop_map(|changes| Op::Batch { changes }),
         2 => Just(Op::Snapshot),
         2 => Just(Op::DropSnapshot),
         3 => any::<bool>().prop_map(|reopen| Op::Checkpoint { reopen }),
@@ -160,6 +172,7 @@ impl Run {
                 let got = self.tm.get(src, &k).unwrap();
                 assert_eq!(got.map(|e| e.value().to_vec()), self.model.get(&k).cloned());
             }
+            Op::Batch { ref changes } => self.batch(changes),
             Op::Snapshot => {
                 if self.snapshots.len() < 3 {
                     self.snapshots
@@ -173,6 +186,47 @@ impl Run {
                 }
             }
             Op::Checkpoint { reopen } => self.checkpoint(reopen),
+        }
+    }
+
+    fn batch(&mut self, changes: &[(u16, Option<usize>)]) {
+        let owned: Vec<(Vec<u8>, Option<Vec<u8>>)> = changes
+            .iter()
+            .enumerate()
+            .map(|(i, &(key, len))| {
+                let v = len.map(|len| {
+                    (0..len)
+                        .map(|j| (self.seq as usize + i + j * 5) as u8)
+                        .collect()
+                });
+                (self.key(key), v)
+            })
+            .collect();
+        let shared: Vec<Option<Arc<[u8]>>> = owned
+            .iter()
+            .enumerate()
+            .map(|(i, (_, v))| v.as_ref().filter(|_| i % 2 == 0).map(|v| Arc::from(&v[..])))
+            .collect();
+        let batch: Vec<Change<'_>> = owned
+            .iter()
+            .zip(&shared)
+            .map(|((k, v), s)| match v {
+                Some(v) => Change::Put {
+                    key: k,
+                    value: v,
+                    shared: s.as_ref(),
+                },
+                None => Change::Remove(k),
+            })
+            .collect();
+        self.tm
+            .apply(&self.disk.cache, &batch, Some(&TwoThreads))
+            .unwrap();
+        for (k, v) in owned {
+            match v {
+                Some(v) => self.model.insert(k, v),
+                None => self.model.remove(&k),
+            };
         }
     }
 
@@ -215,6 +269,18 @@ impl Run {
         }
         let held = self.disk.cache.stats().cached_bytes as usize;
         assert!(held <= CACHE_BYTES, "cache holds {held} bytes");
+    }
+}
+
+/// Runs the work on the calling thread and on one scoped thread.
+struct TwoThreads;
+
+impl Fork for TwoThreads {
+    fn fork(&self, work: &(dyn Fn() + Sync)) {
+        std::thread::scope(|s| {
+            s.spawn(work);
+            work();
+        });
     }
 }
 

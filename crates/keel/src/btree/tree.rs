@@ -5,8 +5,9 @@
 use std::ops::Bound;
 use std::sync::Arc;
 
+use super::batch::with_value;
 use super::cache::PageSource;
-use super::leaf::{Leaf, OverflowValue, ValueRef};
+use super::leaf::{Leaf, ValueRef};
 use super::limits::MAX_VALUE_BYTES;
 use super::node::{Body, Node};
 use super::read::{self, Entry, Range};
@@ -198,13 +199,8 @@ impl TreeMut {
         self.insert_value(src, key, value, Some(value))
     }
 
-    fn insert_value(
-        &mut self,
-        src: &dyn PageSource,
-        key: &[u8],
-        value: &[u8],
-        shared: Option<&Arc<[u8]>>,
-    ) -> Result<(), BtreeError> {
+    /// Refuse a key or value past the limits.
+    pub(crate) fn check_limits(&self, key: &[u8], value: &[u8]) -> Result<(), BtreeError> {
         let max_key = self.page_size.max_key_bytes();
         if key.len() > max_key {
             return Err(BtreeError::KeyTooLong {
@@ -218,16 +214,43 @@ impl TreeMut {
                 max: MAX_VALUE_BYTES,
             });
         }
-        let overflow;
-        let value = if value.len() > self.page_size.max_inline_value_bytes() {
-            overflow = Arc::new(match shared {
-                Some(bytes) => OverflowValue::shared(Arc::clone(bytes)),
-                None => OverflowValue::in_memory(value),
-            });
-            ValueRef::Overflow(&overflow)
-        } else {
-            ValueRef::Inline(value)
-        };
+        Ok(())
+    }
+
+    /// The page size the tree is laid out for.
+    pub(crate) fn page_size(&self) -> PageSize {
+        self.page_size
+    }
+
+    /// The root, if the working copy holds an entry.
+    pub(crate) fn root(&self) -> Option<&Arc<Node>> {
+        self.root.as_ref()
+    }
+
+    /// The root, and where freed pages and created nodes are counted.
+    pub(crate) fn parts_mut(&mut self) -> (&mut Option<Arc<Node>>, &mut Vec<PageNo>, &mut u64) {
+        (&mut self.root, &mut self.freed, &mut self.created)
+    }
+
+    pub(crate) fn insert_value(
+        &mut self,
+        src: &dyn PageSource,
+        key: &[u8],
+        value: &[u8],
+        shared: Option<&Arc<[u8]>>,
+    ) -> Result<(), BtreeError> {
+        self.check_limits(key, value)?;
+        with_value(self.page_size, value, shared, |value| {
+            self.insert_checked(src, key, value)
+        })
+    }
+
+    fn insert_checked(
+        &mut self,
+        src: &dyn PageSource,
+        key: &[u8],
+        value: ValueRef<'_>,
+    ) -> Result<(), BtreeError> {
         let mut w = Self::writer(src, self.page_size, &mut self.freed, &mut self.created);
         match &mut self.root {
             None => {

@@ -359,7 +359,7 @@ impl Shared {
                 unreachable!("checked")
             };
             let ops = a.ops();
-            if let Err(e) = apply(tm, &self.cache, &ops) {
+            if let Err(e) = apply(tm, &self.cache, &ops, self.fork()) {
                 // The record may reach the disk: recovery applies it again.
                 return Err(self.set_poison(&format!("applying lsn {lsn} to the tree failed: {e}")));
             }

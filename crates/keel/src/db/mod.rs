@@ -33,6 +33,7 @@ mod error;
 mod freelist;
 #[doc(hidden)]
 pub mod fuzzing;
+mod helper;
 pub mod meta;
 mod record;
 mod store;

@@ -14,13 +14,14 @@ use std::time::{Duration, Instant};
 use super::combine::Slot;
 use super::error::{DbError, Result};
 use super::freelist;
+use super::helper::Helper;
 use super::meta::{self, Meta, MetaError, PageRef};
 use super::record::{self, Op};
 use super::txn::Record;
 use super::{Durability, Options};
 use crate::btree::{
-    check_tree, detach_clean, reserve_pages, Location, PageCache, PageNo, PageSize, Tree, TreeMut,
-    TreeStats, FIRST_TREE_PAGE, MAX_PAGE_BYTES, MIN_PAGE_BYTES,
+    check_tree, detach_clean, reserve_pages, Change, Fork, Location, PageCache, PageNo, PageSize,
+    Tree, TreeMut, TreeStats, FIRST_TREE_PAGE, MAX_PAGE_BYTES, MIN_PAGE_BYTES,
 };
 use crate::io::{self, LockGuard, OpenMode, OpenOptions, SyncKind, Vfs, VfsFile};
 use crate::journal::{CommitHandle, Journal, JournalOptions, Lsn, RecoveryMode};
@@ -107,7 +108,9 @@ impl Published {
     /// Make `tree` (the state after `lsn`, now durable) what new readers
     /// see, unless a later durable state is already published: committers
     /// may wake out of order, and the published root never moves back.
-    fn publish(&self, lsn: Lsn, tree: Tree) {
+    /// Returns the tree it replaced, for the caller to drop.
+    #[must_use = "dropping the replaced tree is costly: choose where"]
+    fn publish(&self, lsn: Lsn, tree: Tree) -> Option<Tree> {
         let mut v = lock(&self.view);
         let replaced = (lsn > v.lsn).then(|| {
             v.lsn = lsn;
@@ -115,11 +118,7 @@ impl Published {
         });
         drop(v);
         self.view_cv.notify_all();
-        // Dropping the replaced root frees the nodes only it held (those
-        // the commit copied): about a fifth of a w3 commit's CPU time
-        // (perf, 2026-11-23). Outside the lock, so `begin_read` never
-        // waits for it.
-        drop(replaced);
+        replaced
     }
 
     /// Record the first failure; wake whoever waits for publication.
@@ -219,6 +218,9 @@ pub(crate) struct Shared {
     /// checkpoint started (see `Options::checkpoint_dirty_bytes`).
     pub dirty_bytes: AtomicU64,
     pub counters: Counters,
+    /// A second thread for large applies and for freeing replaced trees
+    /// (none if it could not be started).
+    helper: Option<Helper>,
     _lock: Box<dyn LockGuard>,
 }
 
@@ -470,6 +472,7 @@ impl Shared {
             bytes_since_checkpoint: AtomicU64::new(0),
             dirty_bytes: AtomicU64::new(0),
             counters: Counters::default(),
+            helper: Helper::start().ok(),
             options,
             _lock: guard,
         };
@@ -515,7 +518,7 @@ impl Shared {
                     format!("journal record {lsn}, byte {}: {}", b.at, b.reason),
                 )
             })?;
-            apply(&mut tm, &self.cache, &ops)?;
+            apply(&mut tm, &self.cache, &ops, self.fork())?;
             let freed = tm.take_freed();
             lock(&self.space)
                 .pending
@@ -576,7 +579,17 @@ impl Shared {
     /// Make `tree` (the state after `lsn`, now durable) what new readers
     /// see; see [`Published::publish`].
     pub(crate) fn publish(&self, lsn: Lsn, tree: Tree) {
-        self.published.publish(lsn, tree)
+        // Dropping the replaced root frees the nodes only it held (those
+        // the commit copied): about a fifth of a w3 commit's CPU time
+        // (perf, 2026-11-23). Not under the view's lock, so `begin_read`
+        // never waits for it, and on the helper's thread when there is
+        // one, so that no committer does.
+        if let Some(replaced) = self.published.publish(lsn, tree) {
+            match &self.helper {
+                Some(h) => h.dispose(replaced),
+                None => drop(replaced),
+            }
+        }
     }
 
     /// The published LSN.
@@ -600,6 +613,11 @@ impl Shared {
     }
 
     // ----- the commit path ------------------------------------------------
+
+    /// The helper, for applying large records on two threads.
+    pub(crate) fn fork(&self) -> Option<&dyn Fork> {
+        self.helper.as_ref().map(|h| h as &dyn Fork)
+    }
 
     /// Commit a validated record: submit it, start its write, apply it to
     /// the writer's tree while the write is in flight, give the writer
@@ -636,7 +654,7 @@ impl Shared {
         }
         let lsn = handle.lsn();
         let mut tm = w.tree.edit();
-        if let Err(e) = apply(&mut tm, &self.cache, ops) {
+        if let Err(e) = apply(&mut tm, &self.cache, ops, self.fork()) {
             // The record may reach the disk: recovery applies it again.
             let why = self.set_poison(&format!("applying lsn {lsn} to the tree failed: {e}"));
             self.put_writer(w);
@@ -684,7 +702,8 @@ impl Shared {
         let published = Arc::clone(&self.published);
         handle.on_durable(move |r| match r {
             Ok(_) => {
-                published.publish(lsn, tree);
+                // Dropped on the journal's thread, off the committers'.
+                drop(published.publish(lsn, tree));
                 then(Ok(()));
             }
             Err(e) => then(Err(
@@ -1067,16 +1086,32 @@ impl Shared {
     }
 }
 
-/// Apply a record's changes to a working copy.
-pub(crate) fn apply(tm: &mut TreeMut, src: &PageCache, ops: &[Op<'_>]) -> Result<()> {
+/// Apply a record's changes to a working copy: runs of puts and deletes
+/// together (on the helper too, when `fork` is given and the run is
+/// large), a table drop alone.
+pub(crate) fn apply(
+    tm: &mut TreeMut,
+    src: &PageCache,
+    ops: &[Op<'_>],
+    fork: Option<&dyn Fork>,
+) -> Result<()> {
+    let mut run: Vec<Change<'_>> = Vec::with_capacity(ops.len());
     for op in ops {
         match *op {
-            Op::Put(k, v) => tm.insert(src, k, v)?,
-            Op::PutShared(k, v) => tm.insert_shared(src, k, v)?,
-            Op::Delete(k) => {
-                tm.remove(src, k)?;
-            }
+            Op::Put(key, value) => run.push(Change::Put {
+                key,
+                value,
+                shared: None,
+            }),
+            Op::PutShared(key, value) => run.push(Change::Put {
+                key,
+                value,
+                shared: Some(value),
+            }),
+            Op::Delete(key) => run.push(Change::Remove(key)),
             Op::DropTable(id) => {
+                tm.apply(src, &run, fork)?;
+                run.clear();
                 let start = id.to_be_bytes();
                 match id.checked_add(1) {
                     Some(next) => tm.remove_range(
@@ -1089,6 +1124,7 @@ pub(crate) fn apply(tm: &mut TreeMut, src: &PageCache, ops: &[Op<'_>]) -> Result
             }
         }
     }
+    tm.apply(src, &run, fork)?;
     Ok(())
 }
 

@@ -1,0 +1,310 @@
+//! Applying many changes at once, on more than one thread.
+//!
+//! A transaction of a hundred random puts into a tree of a million entries
+//! spends its time copying nodes it finds cold in memory: a leaf and a
+//! branch per put, each a few KiB read from DRAM. That work is
+//! independent below the root: changes under different children of the
+//! root copy disjoint nodes. [`TreeMut::apply`] makes the root its own,
+//! takes out each child that a change goes to, lets every thread that
+//! [`Fork`] offers apply the changes of the next child not yet taken, then
+//! puts the children back and brings them within a page, one by one, in
+//! descending order (a child split, removed or merged with its right
+//! sibling leaves the positions of the children before it as they were).
+//!
+//! The result is a valid tree holding the same entries as the changes
+//! applied one by one in order: changes to one key go to one child and
+//! keep their order there. Its shape may differ (a child of the root is
+//! split once, into as many pieces as it needs, rather than at each insert
+//! that overfills it).
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+
+use super::cache::PageSource;
+use super::leaf::{OverflowValue, ValueRef};
+use super::node::{Body, Node};
+use super::read::{self, load_at_level};
+use super::tree::TreeMut;
+use super::write::Writer;
+use super::{BtreeError, Location, PageNo, PageSize};
+
+/// Changes below which [`TreeMut::apply`] stays on the calling thread:
+/// handing work to another thread costs a wake-up (5–30 µs here), several
+/// changes' worth.
+pub const FORK_MIN_CHANGES: usize = 32;
+
+/// One change for [`TreeMut::apply`].
+#[derive(Debug, Clone, Copy)]
+pub enum Change<'a> {
+    /// Insert `key` with `value`, replacing any value it had. A value the
+    /// caller holds `shared` is kept as it is when it goes to overflow
+    /// pages (see [`TreeMut::insert_shared`]).
+    Put {
+        /// The key.
+        key: &'a [u8],
+        /// The value.
+        value: &'a [u8],
+        /// The same value, shared, if the caller holds it so.
+        shared: Option<&'a Arc<[u8]>>,
+    },
+    /// Remove `key` if present.
+    Remove(&'a [u8]),
+}
+
+impl Change<'_> {
+    fn key(&self) -> &[u8] {
+        match self {
+            Change::Put { key, .. } | Change::Remove(key) => key,
+        }
+    }
+}
+
+/// Runs one piece of work on several threads at once.
+pub trait Fork: Sync {
+    /// Call `work` on the calling thread and, at the same time, on each
+    /// other thread that is free to help; return once every call has
+    /// returned. `work` shares its items out itself, and must be correct
+    /// when it is called once only (no thread was free).
+    fn fork(&self, work: &(dyn Fn() + Sync));
+}
+
+/// The changes under one child of the root, and what applying them did.
+struct Group<'c> {
+    /// The child's position in the root.
+    child: usize,
+    /// Indices into the changes, in their order.
+    changes: &'c [u32],
+    /// The child as the root held it.
+    loc: Option<Location>,
+    mem: Option<Arc<Node>>,
+    /// The child after the changes, if they changed it (then owned).
+    changed: Option<Arc<Node>>,
+    freed: Vec<PageNo>,
+    created: u64,
+    result: Result<(), BtreeError>,
+}
+
+/// Everything a thread applying a group needs.
+struct Batch<'a, 'c> {
+    src: &'a dyn PageSource,
+    page_size: PageSize,
+    /// The level of the root's children.
+    level: u8,
+    changes: &'a [Change<'a>],
+    groups: Vec<Mutex<Group<'c>>>,
+    next: AtomicUsize,
+}
+
+impl Batch<'_, '_> {
+    /// Apply groups until none is left.
+    fn work(&self) {
+        loop {
+            let g = self.next.fetch_add(1, Ordering::Relaxed);
+            let Some(group) = self.groups.get(g) else {
+                return;
+            };
+            let mut group = group.lock().unwrap_or_else(PoisonError::into_inner);
+            group.result = self.apply_group(&mut group);
+        }
+    }
+
+    fn apply_group(&self, group: &mut Group<'_>) -> Result<(), BtreeError> {
+        // Moved out of the root, not shared: a child this writer owns
+        // already (an earlier transaction of its group changed it) is
+        // changed in place, not copied again.
+        let loaded = group.mem.is_none();
+        let mut node = match group.mem.take() {
+            Some(n) => n,
+            None => {
+                let loc = group.loc.expect("a child is in memory or on disk");
+                load_at_level(self.src, loc, self.level)?
+            }
+        };
+        let (mut freed, mut created, mut changed) = (Vec::new(), 0, false);
+        let mut w = Writer {
+            src: self.src,
+            page_size: self.page_size,
+            freed: &mut freed,
+            created: &mut created,
+        };
+        let result = self.apply_changes(&mut w, &mut node, group.changes, &mut changed);
+        if changed {
+            group.changed = Some(node);
+        } else if !loaded {
+            group.mem = Some(node);
+        }
+        group.freed = freed;
+        group.created = created;
+        result
+    }
+
+    /// Apply changes under `node`; `changed` is set once it is changed.
+    fn apply_changes(
+        &self,
+        w: &mut Writer<'_>,
+        node: &mut Arc<Node>,
+        changes: &[u32],
+        changed: &mut bool,
+    ) -> Result<(), BtreeError> {
+        for &c in changes {
+            match self.changes[c as usize] {
+                Change::Put { key, value, shared } => {
+                    *changed = true;
+                    let n = w.make_mut(node);
+                    with_value(self.page_size, value, shared, |v| w.insert(n, key, v))?;
+                }
+                Change::Remove(key) => {
+                    if read::find(Some(node), self.src, key)?.is_some() {
+                        *changed = true;
+                        let n = w.make_mut(node);
+                        w.remove(n, key)?;
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Call `f` with `value` as the tree stores it: inline, or as an overflow
+/// value (the caller's shared bytes kept as they are).
+pub(crate) fn with_value<R>(
+    page_size: PageSize,
+    value: &[u8],
+    shared: Option<&Arc<[u8]>>,
+    f: impl FnOnce(ValueRef<'_>) -> R,
+) -> R {
+    if value.len() > page_size.max_inline_value_bytes() {
+        let overflow = Arc::new(match shared {
+            Some(bytes) => OverflowValue::shared(Arc::clone(bytes)),
+            None => OverflowValue::in_memory(value),
+        });
+        f(ValueRef::Overflow(&overflow))
+    } else {
+        f(ValueRef::Inline(value))
+    }
+}
+
+impl TreeMut {
+    /// Apply `changes` in order, on the threads `fork` offers when there
+    /// are at least [`FORK_MIN_CHANGES`] and the root is a branch. Every
+    /// key and value is checked against the limits before anything
+    /// changes. After another error the working copy is a valid tree but
+    /// only some changes may be applied: drop it.
+    pub fn apply(
+        &mut self,
+        src: &dyn PageSource,
+        changes: &[Change<'_>],
+        fork: Option<&dyn Fork>,
+    ) -> Result<(), BtreeError> {
+        for c in changes {
+            if let Change::Put { key, value, .. } = c {
+                self.check_limits(key, value)?;
+            }
+        }
+        let fork = fork.filter(|_| changes.len() >= FORK_MIN_CHANGES);
+        let root_is_branch = self.root().is_some_and(|r| r.as_branch().is_some());
+        match fork {
+            Some(fork) if root_is_branch => self.apply_forked(src, changes, fork),
+            _ => {
+                for c in changes {
+                    match *c {
+                        Change::Put { key, value, shared } => {
+                            self.insert_value(src, key, value, shared)?
+                        }
+                        Change::Remove(key) => {
+                            self.remove(src, key)?;
+                        }
+                    }
+                }
+                Ok(())
+            }
+        }
+    }
+
+    fn apply_forked(
+        &mut self,
+        src: &dyn PageSource,
+        changes: &[Change<'_>],
+        fork: &dyn Fork,
+    ) -> Result<(), BtreeError> {
+        let page_size = self.page_size();
+        let (root, freed, created) = self.parts_mut();
+        let mut w = Writer {
+            src,
+            page_size,
+            freed,
+            created,
+        };
+        let result = {
+            let node = root.as_mut().expect("checked: a branch");
+            let Body::Branch(b) = w.make_mut(node).body_mut() else {
+                unreachable!("checked: a branch")
+            };
+            // Changes by child, each child's in their order.
+            let mut order: Vec<(u32, u32)> = changes
+                .iter()
+                .enumerate()
+                .map(|(i, c)| (b.child_index(c.key()) as u32, i as u32))
+                .collect();
+            order.sort_unstable();
+            let indices: Vec<u32> = order.iter().map(|&(_, i)| i).collect();
+            let mut groups = Vec::new();
+            let mut start = 0;
+            while start < order.len() {
+                let child = order[start].0;
+                let end = start + order[start..].partition_point(|&(c, _)| c == child);
+                let (loc, mem) = b.child_mut(child as usize).parts_mut();
+                groups.push(Mutex::new(Group {
+                    child: child as usize,
+                    changes: &indices[start..end],
+                    loc: *loc,
+                    mem: mem.take(),
+                    changed: None,
+                    freed: Vec::new(),
+                    created: 0,
+                    result: Ok(()),
+                }));
+                start = end;
+            }
+            let batch = Batch {
+                src,
+                page_size,
+                level: b.level() - 1,
+                changes,
+                groups,
+                next: AtomicUsize::new(0),
+            };
+            fork.fork(&|| batch.work());
+            let mut result = Ok(());
+            let mut changed = Vec::new();
+            for group in batch.groups {
+                let group = group.into_inner().unwrap_or_else(PoisonError::into_inner);
+                w.freed.extend_from_slice(&group.freed);
+                *w.created += group.created;
+                if result.is_ok() {
+                    result = group.result;
+                }
+                let (loc, mem) = b.child_mut(group.child).parts_mut();
+                match group.changed {
+                    Some(node) => {
+                        // The child now differs from its page (reported
+                        // freed when the group made the node its own).
+                        *loc = None;
+                        *mem = Some(node);
+                        changed.push(group.child);
+                    }
+                    None => *mem = group.mem,
+                }
+            }
+            // Every child is back in place before any is fixed: fixing one
+            // may merge it with a sibling.
+            for &i in changed.iter().rev() {
+                w.fix_child(b, i)?;
+            }
+            result
+        };
+        result?;
+        w.fix_root(root)
+    }
+}

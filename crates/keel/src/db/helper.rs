@@ -1,0 +1,279 @@
+//! The commit helper: one more thread for the writer's CPU work.
+//!
+//! On a store with one committer, a commit keeps one CPU busy applying its
+//! changes to the tree while the journal's write waits for the disk, and
+//! the other CPU idle. The helper takes part in large applies
+//! ([`Fork`], see `btree/batch.rs`), and frees the nodes of replaced trees
+//! ([`Helper::dispose`]) after its share of the next apply, so that
+//! neither sits on a committer's path.
+//!
+//! A committer never waits for the helper to wake up: it posts the work
+//! and starts on it at once; if the helper has not taken the work by the
+//! time the committer has done all of it, the committer takes the post
+//! back and goes on. It waits only for a helper that is in the middle of
+//! a share.
+//!
+//! Written here rather than with a thread pool crate: the pools at hand
+//! (rayon) block the calling thread while pool threads run the work when
+//! called from outside the pool, so a commit would pay a wake-up on both
+//! sides.
+//!
+//! Unsafe code: the one lifetime erasure that lets a thread which outlives
+//! a commit run a closure borrowing the commit's changes (as scoped thread
+//! pools do); the module's protocol keeps the borrow alive for every use.
+#![allow(unsafe_code)]
+
+use std::any::Any;
+use std::panic::{self, AssertUnwindSafe};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
+use std::thread::JoinHandle;
+
+use crate::btree::Fork;
+
+/// Replaced trees kept for the helper before a commit wakes it only to
+/// free them.
+const MAX_GARBAGE: usize = 8;
+
+/// Work posted for the helper: a borrowed closure whose lifetime was
+/// erased (see `Helper::fork` for why it stays valid).
+struct Job(*const (dyn Fn() + Sync + 'static));
+
+// SAFETY: the closure is `Sync`, so calling it from another thread through
+// a shared reference is sound; the pointer is only dereferenced while the
+// poster waits for the call to end (see `Helper::fork`).
+unsafe impl Send for Job {}
+
+#[derive(Default)]
+struct State {
+    /// Posted, not yet taken.
+    job: Option<Job>,
+    /// The helper is running a job.
+    running: bool,
+    /// A job panicked in the helper: the poster panics too.
+    panicked: Option<Box<dyn Any + Send>>,
+    /// Values to drop on the helper's thread.
+    garbage: Vec<Box<dyn Send>>,
+    stop: bool,
+}
+
+struct Inner {
+    state: Mutex<State>,
+    /// The helper sleeps here.
+    wake: Condvar,
+    /// A poster waits here for the helper's share to end.
+    done: Condvar,
+}
+
+impl Inner {
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+/// One helper thread (see the module doc).
+pub(crate) struct Helper {
+    inner: Arc<Inner>,
+    thread: Mutex<Option<JoinHandle<()>>>,
+}
+
+impl std::fmt::Debug for Helper {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Helper").finish_non_exhaustive()
+    }
+}
+
+impl Helper {
+    /// Start the helper thread.
+    pub(crate) fn start() -> std::io::Result<Helper> {
+        let inner = Arc::new(Inner {
+            state: Mutex::default(),
+            wake: Condvar::new(),
+            done: Condvar::new(),
+        });
+        let theirs = Arc::clone(&inner);
+        let thread = std::thread::Builder::new()
+            .name("keel-helper".into())
+            .spawn(move || run(&theirs))?;
+        Ok(Helper {
+            inner,
+            thread: Mutex::new(Some(thread)),
+        })
+    }
+
+    /// Drop `value` on the helper's thread, after its next share of work
+    /// (or now, if it has been kept waiting long).
+    pub(crate) fn dispose<T: Send + 'static>(&self, value: T) {
+        let mut s = self.inner.lock();
+        if s.stop {
+            drop(s);
+            drop(value);
+            return;
+        }
+        s.garbage.push(Box::new(value));
+        if s.garbage.len() >= MAX_GARBAGE && !s.running {
+            drop(s);
+            self.inner.wake.notify_one();
+        }
+    }
+
+    /// Stop the helper thread (after it frees what it holds). Idempotent.
+    pub(crate) fn stop(&self) {
+        self.inner.lock().stop = true;
+        self.inner.wake.notify_one();
+        let thread = self
+            .thread
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take();
+        if let Some(t) = thread {
+            // A panic in the helper was handed to its poster already.
+            let _ = t.join();
+        }
+    }
+}
+
+impl Drop for Helper {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+impl Fork for Helper {
+    fn fork(&self, work: &(dyn Fn() + Sync)) {
+        {
+            let mut s = self.inner.lock();
+            if s.stop || s.running || s.job.is_some() {
+                // Busy with another poster's work (or stopped): alone.
+                drop(s);
+                work();
+                return;
+            }
+            // SAFETY: only the lifetime is erased. The pointer is used by
+            // the helper only between taking the job (under the lock) and
+            // clearing `running`; `Retract` below, which runs however this
+            // function is left (panics included), either takes the job
+            // back before the helper took it, or waits for `running` to be
+            // cleared. So `work` outlives every use.
+            let erased: &'static (dyn Fn() + Sync + 'static) = unsafe {
+                std::mem::transmute::<&(dyn Fn() + Sync), &'static (dyn Fn() + Sync)>(work)
+            };
+            s.job = Some(Job(erased));
+            // Left by an earlier poster that unwound on its own panic.
+            s.panicked = None;
+        }
+        self.inner.wake.notify_one();
+        let retract = Retract(&self.inner);
+        work();
+        drop(retract);
+        if let Some(p) = self.inner.lock().panicked.take() {
+            panic::resume_unwind(p);
+        }
+    }
+}
+
+/// Takes a posted job back, or waits for the helper to finish it.
+struct Retract<'a>(&'a Inner);
+
+impl Drop for Retract<'_> {
+    fn drop(&mut self) {
+        let mut s = self.0.lock();
+        if s.job.take().is_some() {
+            return;
+        }
+        while s.running {
+            s = self.0.done.wait(s).unwrap_or_else(PoisonError::into_inner);
+        }
+    }
+}
+
+fn run(inner: &Inner) {
+    let mut s = inner.lock();
+    loop {
+        if let Some(Job(work)) = s.job.take() {
+            s.running = true;
+            drop(s);
+            // SAFETY: the poster keeps the closure alive until `running`
+            // is cleared below (see `Helper::fork`).
+            let work = unsafe { &*work };
+            let outcome = panic::catch_unwind(AssertUnwindSafe(work));
+            s = inner.lock();
+            s.running = false;
+            if let Err(p) = outcome {
+                s.panicked = Some(p);
+            }
+            inner.done.notify_all();
+        }
+        if !s.garbage.is_empty() {
+            let garbage = std::mem::take(&mut s.garbage);
+            drop(s);
+            drop(garbage);
+            s = inner.lock();
+            continue;
+        }
+        if s.stop {
+            return;
+        }
+        s = inner.wake.wait(s).unwrap_or_else(PoisonError::into_inner);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    /// Every item is done exactly once, whoever does it.
+    #[test]
+    fn shares_out_work_and_returns_when_all_is_done() {
+        let helper = Helper::start().unwrap();
+        for round in 0..200 {
+            let items: Vec<AtomicUsize> = (0..64).map(|_| AtomicUsize::new(0)).collect();
+            let next = AtomicUsize::new(0);
+            helper.fork(&|| loop {
+                let i = next.fetch_add(1, Ordering::Relaxed);
+                let Some(item) = items.get(i) else { return };
+                if round % 2 == 0 {
+                    std::thread::yield_now();
+                }
+                item.fetch_add(1, Ordering::Relaxed);
+            });
+            assert!(items.iter().all(|i| i.load(Ordering::Relaxed) == 1));
+        }
+    }
+
+    /// A panic in either thread reaches the poster, and the helper keeps
+    /// working.
+    #[test]
+    fn a_panic_reaches_the_poster() {
+        let helper = Helper::start().unwrap();
+        let caught = panic::catch_unwind(AssertUnwindSafe(|| {
+            helper.fork(&|| panic!("boom"));
+        }));
+        assert!(caught.is_err());
+        let ran = AtomicUsize::new(0);
+        helper.fork(&|| {
+            ran.fetch_add(1, Ordering::Relaxed);
+        });
+        assert!(ran.load(Ordering::Relaxed) >= 1);
+    }
+
+    /// Disposed values are dropped on the helper's thread, by `stop` at
+    /// the latest.
+    #[test]
+    fn disposed_values_are_dropped_off_the_caller() {
+        struct Probe(Arc<Mutex<Vec<String>>>);
+        impl Drop for Probe {
+            fn drop(&mut self) {
+                let name = std::thread::current().name().unwrap_or("").to_string();
+                self.0.lock().unwrap().push(name);
+            }
+        }
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let helper = Helper::start().unwrap();
+        for _ in 0..3 {
+            helper.dispose(Probe(Arc::clone(&seen)));
+        }
+        helper.stop();
+        assert_eq!(*seen.lock().unwrap(), vec!["keel-helper"; 3]);
+    }
+}
