@@ -138,50 +138,70 @@ impl Drop for Helper {
     }
 }
 
-impl Fork for Helper {
-    fn fork(&self, work: &(dyn Fn() + Sync)) {
-        {
-            let mut s = self.inner.lock();
-            if s.stop || s.running || s.job.is_some() {
-                // Busy with another poster's work (or stopped): alone.
-                drop(s);
-                work();
-                return;
-            }
-            // SAFETY: only the lifetime is erased. The pointer is used by
-            // the helper only between taking the job (under the lock) and
-            // clearing `running`; `Retract` below, which runs however this
-            // function is left (panics included), either takes the job
-            // back before the helper took it, or waits for `running` to be
-            // cleared. So `work` outlives every use.
-            let erased: &'static (dyn Fn() + Sync + 'static) = unsafe {
-                std::mem::transmute::<&(dyn Fn() + Sync), &'static (dyn Fn() + Sync)>(work)
-            };
-            s.job = Some(Job(erased));
-            // Left by an earlier poster that unwound on its own panic.
-            s.panicked = None;
+impl Helper {
+    /// Post `work` for the helper, unless it is busy with another
+    /// poster's work or stopped; returns whether it was posted. The caller
+    /// must then `Retract` it before `work`'s borrow ends.
+    fn post(&self, work: &(dyn Fn() + Sync)) -> bool {
+        let mut s = self.inner.lock();
+        if s.stop || s.running || s.job.is_some() {
+            return false;
         }
+        // SAFETY: only the lifetime is erased. The pointer is used by the
+        // helper only between taking the job (under the lock) and
+        // clearing `running`; the poster's `Retract`, which runs however
+        // the poster's function is left (panics included), either takes
+        // the job back before the helper took it, or waits for `running`
+        // to be cleared. So `work` outlives every use.
+        let erased: &'static (dyn Fn() + Sync + 'static) =
+            unsafe { std::mem::transmute::<&(dyn Fn() + Sync), &'static (dyn Fn() + Sync)>(work) };
+        s.job = Some(Job(erased));
+        // Left by an earlier poster that unwound on its own panic.
+        s.panicked = None;
+        drop(s);
         self.inner.wake.notify_one();
-        let retract = Retract(&self.inner);
-        work();
-        drop(retract);
+        true
+    }
+
+    /// Hand a panic of the helper's on to the poster.
+    fn rethrow(&self) {
         if let Some(p) = self.inner.lock().panicked.take() {
             panic::resume_unwind(p);
         }
     }
 }
 
-/// Takes a posted job back, or waits for the helper to finish it.
-struct Retract<'a>(&'a Inner);
+impl Fork for Helper {
+    fn fork(&self, work: &(dyn Fn() + Sync)) {
+        if !self.post(work) {
+            work();
+            return;
+        }
+        let retract = Retract { inner: &self.inner };
+        work();
+        drop(retract);
+        self.rethrow();
+    }
+}
+
+/// Takes a posted job back, or waits for the helper to finish it, when
+/// dropped (so also when the poster unwinds).
+struct Retract<'a> {
+    inner: &'a Inner,
+}
 
 impl Drop for Retract<'_> {
     fn drop(&mut self) {
-        let mut s = self.0.lock();
+        let mut s = self.inner.lock();
         if s.job.take().is_some() {
             return;
         }
         while s.running {
-            s = self.0.done.wait(s).unwrap_or_else(PoisonError::into_inner);
+            s = self
+                .inner
+                .done
+                .wait(s)
+                .unwrap_or_else(PoisonError::into_inner);
         }
     }
 }
