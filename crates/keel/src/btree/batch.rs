@@ -189,8 +189,9 @@ impl TreeMut {
     /// Apply `changes` in order, on the threads `fork` offers when there
     /// are at least [`FORK_MIN_CHANGES`] and the root is a branch. Every
     /// key and value is checked against the limits before anything
-    /// changes. After another error the working copy is a valid tree but
-    /// only some changes may be applied: drop it.
+    /// changes. After another error (a page that fails to load) only
+    /// some changes may be applied, and when applied on several threads
+    /// a child of the root may be left past a page: drop the working copy.
     pub fn apply(
         &mut self,
         src: &dyn PageSource,
