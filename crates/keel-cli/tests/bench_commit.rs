@@ -502,3 +502,67 @@ fn strace_every_commit_is_a_durable_write() {
     assert_eq!(commits, vec![20480; 50], "{durable:?}");
     assert!(other.iter().all(|&n| n == 1 << 20), "{other:?}");
 }
+
+/// `keel bench store --quick`: every run a protocol process, the rows with
+/// their references, ratios and targets, nothing left in `--dir`.
+#[test]
+fn bench_store_quick_reports_targets() {
+    let dir = scratch("bench-store");
+    let out = keel()
+        .args(["bench", "store", "--quick", "--r1", "--json", "--dir"])
+        .arg(&dir)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let v = last_json(&out);
+    let runs = v["runs"].as_array().unwrap();
+    assert_eq!(runs.len(), 9, "w3 ×3, w1 ×2, w2 ×2, r1 ×2: {v}");
+    for r in runs {
+        let cmd = r["command"].as_str().unwrap();
+        assert!(cmd.starts_with("keel bench commit --workload "), "{cmd}");
+        check_fields(&r["result"]);
+        assert_eq!(r["result"]["info"]["engine"], r["engine"], "{r}");
+    }
+    let rows = v["rows"].as_array().unwrap();
+    let names: Vec<&str> = rows
+        .iter()
+        .map(|r| r["workload"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["w3", "w1", "w2", "r1", "r1"]);
+    let w3 = &rows[0];
+    assert!(w3["store_median"].as_f64().unwrap() > 0.0, "{w3}");
+    for reference in ["raw", "journal"] {
+        let r = &w3["references"][reference];
+        let expected = w3["store_median"].as_f64().unwrap() / r["median"].as_f64().unwrap();
+        let got = r["store_ratio"].as_f64().unwrap();
+        assert!(
+            (got - expected).abs() < 0.01,
+            "{reference}: {got} vs {expected}"
+        );
+    }
+    let targets = w3["targets"].as_array().unwrap();
+    assert_eq!(targets.len(), 2, "{w3}");
+    assert!(targets.iter().all(|t| t["met"].is_boolean()), "{w3}");
+    assert_eq!(rows[1]["targets"].as_array().unwrap().len(), 1);
+    // The w2 target is for 64 threads; the quick run uses 16.
+    assert_eq!(rows[2]["threads"], 16);
+    assert!(rows[2]["targets"].as_array().unwrap().is_empty());
+    assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 0);
+    // The table, and bad input.
+    let out = keel()
+        .args(["bench", "store", "--quick", "--dir"])
+        .arg(&dir)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let table = String::from_utf8_lossy(&out.stdout);
+    assert!(table.contains("| w3 "), "{table}");
+    assert!(table.contains("store / raw ≥ 0.8"), "{table}");
+    let out = keel()
+        .args(["bench", "store", "--w2-threads", "0", "--dir"])
+        .arg(&dir)
+        .output()
+        .unwrap();
+    assert!(!out.status.success(), "{out:?}");
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -113,7 +113,10 @@ impl Run {
 
 /// One run as a process of its own: `keel bench commit` with `spec`'s
 /// flags; its JSON line, or the error it reported.
-fn run_child(spec: &Spec, dir: &Path) -> anyhow::Result<(Vec<String>, serde_json::Value)> {
+pub(super) fn run_child(
+    spec: &Spec,
+    dir: &Path,
+) -> anyhow::Result<(Vec<String>, serde_json::Value)> {
     let exe = std::env::current_exe().context("finding the keel executable")?;
     let mut args: Vec<String> = vec!["bench".into(), "commit".into()];
     args.extend(spec.command_args(dir));

@@ -9,6 +9,7 @@ pub mod mixed;
 pub mod mmap;
 pub mod report;
 pub mod sizes;
+pub mod store;
 
 use std::process::ExitCode;
 
@@ -37,6 +38,10 @@ pub enum BenchCommand {
     /// The journal against the raw floor, interleaved: w1 and w2 at several
     /// thread counts and record sizes, medians of 3 rounds, ratios
     Journal(journal::JournalArgs),
+    /// The store against the raw floor and the journal, interleaved: w3, w1
+    /// and w2 (and r1 with --r1), medians of 3 rounds, ratios, and whether
+    /// each of the store's targets is met
+    Store(store::StoreArgs),
 }
 
 pub fn run(cmd: BenchCommand) -> anyhow::Result<ExitCode> {
@@ -47,5 +52,6 @@ pub fn run(cmd: BenchCommand) -> anyhow::Result<ExitCode> {
         BenchCommand::Mmap(args) => mmap::run(args),
         BenchCommand::Commit(args) => commit::run(args),
         BenchCommand::Journal(args) => journal::run(args),
+        BenchCommand::Store(args) => store::run(args),
     }
 }

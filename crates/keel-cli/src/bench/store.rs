@@ -1,0 +1,458 @@
+//! `keel bench store`: the store against its references in the same run,
+//! interleaved, and whether it meets its targets.
+//!
+//! Each round runs, with the store's default options: w3 (transactions of
+//! B random puts) on the raw floor, the journal and the store; w1 (serial
+//! 16 KiB commits) on the journal and the store; w2 (T threads of R-byte
+//! commits) on the journal and the store; and with `--r1`, r1 (point gets
+//! of N loaded keys) on the store at one and two threads. Odd rounds run
+//! the list backwards. The table gives medians over the rounds, the ratios
+//! of the medians, and each target: w3 ≥ 0.8× the raw floor and ≥ 0.85×
+//! the journal, w1 ≥ 0.9× the journal, w2 ≥ 100,000 commits/s.
+//!
+//! Every run is a `keel bench commit` process of its own, with the
+//! protocol's flags (see `bench journal`).
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use clap::Args;
+use serde_json::json;
+
+use super::commit::{with_dir, BatchStartArg, Engine, Spec, Values, Workload};
+use super::journal::run_child;
+use super::report::{median, number, progress, Align, Machine, Table};
+
+/// The store's targets: w3 against raw and against the journal, w1
+/// against the journal, w2 in commits/s.
+const W3_VS_RAW: f64 = 0.8;
+const W3_VS_JOURNAL: f64 = 0.85;
+const W1_VS_JOURNAL: f64 = 0.9;
+const W2_COMMITS_PER_S: f64 = 100_000.0;
+
+#[derive(Args, Debug, Clone)]
+pub struct StoreArgs {
+    /// Rounds (each run once per round; medians are taken).
+    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..=15))]
+    pub rounds: u32,
+    /// w3: transactions per run.
+    #[arg(long, default_value_t = 10_000)]
+    pub w3_count: u64,
+    /// w3: puts per transaction.
+    #[arg(long, default_value_t = 100)]
+    pub w3_batch: usize,
+    /// w1: commits per run (16 KiB each).
+    #[arg(long, default_value_t = 4096)]
+    pub w1_count: u64,
+    /// w2: committing threads.
+    #[arg(long, default_value_t = 64)]
+    pub w2_threads: usize,
+    /// w2: seconds per run.
+    #[arg(long, default_value_t = 3.0)]
+    pub w2_duration: f64,
+    /// Also run r1 (point gets, each in its own read transaction) at one
+    /// and two threads; reported, no target.
+    #[arg(long)]
+    pub r1: bool,
+    /// r1: keys loaded (untimed, in transactions of 1,000 puts).
+    #[arg(long, default_value_t = 1_000_000)]
+    pub r1_keys: u64,
+    /// A short run (1 round; w3 500 transactions, w1 256 commits, w2 16
+    /// threads for 0.5 s, r1 20,000 keys for 0.3 s): checks that it runs,
+    /// not the speed.
+    #[arg(long)]
+    pub quick: bool,
+    /// Directory for the files (created if missing; default: a fresh
+    /// `keel-bench-store-<pid>` here). Files are removed afterwards.
+    #[arg(long)]
+    pub dir: Option<PathBuf>,
+    /// Print one JSON object on stdout instead of the table.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// One configuration of a round.
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct Config {
+    workload: Workload,
+    threads: usize,
+    engine: Engine,
+}
+
+struct Run {
+    config: Config,
+    round: u32,
+    args: Vec<String>,
+    result: serde_json::Value,
+}
+
+impl Run {
+    fn rate(&self) -> f64 {
+        self.result["commits_per_s"].as_f64().unwrap_or(f64::NAN)
+    }
+}
+
+pub fn run(mut a: StoreArgs) -> anyhow::Result<ExitCode> {
+    if a.quick {
+        a.rounds = 1;
+        a.w3_count = 500;
+        a.w1_count = 256;
+        a.w2_threads = 16;
+        a.w2_duration = 0.5;
+        a.r1_keys = 20_000;
+    }
+    if a.w2_threads == 0 || a.w2_threads > 4096 {
+        anyhow::bail!("--w2-threads must be between 1 and 4096");
+    }
+    if a.w3_count == 0 || a.w1_count == 0 || a.r1_keys == 0 || a.w3_batch == 0 {
+        anyhow::bail!("--w3-count, --w3-batch, --w1-count and --r1-keys must be at least 1");
+    }
+    if !a.w2_duration.is_finite() || a.w2_duration <= 0.0 {
+        anyhow::bail!("--w2-duration must be a number of seconds > 0");
+    }
+    let dir = a.dir.clone();
+    with_dir(dir.as_deref(), "keel-bench-store", |d| run_in(&a, d))
+}
+
+fn spec(a: &StoreArgs, c: Config) -> Spec {
+    let (size, count, duration, batch) = match c.workload {
+        Workload::W1 => (16384, a.w1_count, 0.0, 1),
+        Workload::W2 => (128, 0, a.w2_duration, 1),
+        Workload::W3 => (100, a.w3_count, 0.0, a.w3_batch),
+        Workload::R1 => (100, a.r1_keys, if a.quick { 0.3 } else { 3.0 }, 1000),
+    };
+    Spec {
+        workload: c.workload,
+        threads: c.threads,
+        size,
+        count,
+        duration,
+        batch,
+        engine: c.engine,
+        method: None,
+        segment_size: 64 << 20,
+        lz4: None,
+        values: Values::Random,
+        preallocate: None,
+        writes_in_flight: 1,
+        batch_start: BatchStartArg::Auto,
+        start: false,
+    }
+}
+
+fn round_list(a: &StoreArgs) -> Vec<Config> {
+    let c = |workload, threads, engine| Config {
+        workload,
+        threads,
+        engine,
+    };
+    let mut list = vec![
+        c(Workload::W3, 1, Engine::Raw),
+        c(Workload::W3, 1, Engine::Journal),
+        c(Workload::W3, 1, Engine::Store),
+        c(Workload::W1, 1, Engine::Journal),
+        c(Workload::W1, 1, Engine::Store),
+        c(Workload::W2, a.w2_threads, Engine::Journal),
+        c(Workload::W2, a.w2_threads, Engine::Store),
+    ];
+    if a.r1 {
+        list.push(c(Workload::R1, 1, Engine::Store));
+        list.push(c(Workload::R1, 2, Engine::Store));
+    }
+    list
+}
+
+fn engine_name(e: Engine) -> &'static str {
+    match e {
+        Engine::Store => "store",
+        Engine::Journal => "journal",
+        Engine::Raw => "raw",
+    }
+}
+
+fn run_in(a: &StoreArgs, dir: &Path) -> anyhow::Result<ExitCode> {
+    let list = round_list(a);
+    let machine = Machine::for_path(dir);
+    let command: Vec<String> = std::env::args().collect();
+    eprintln!("{}", command.join(" "));
+    eprintln!("machine: {}", machine.describe());
+    let bar = progress::bar(
+        list.len() as u64 * u64::from(a.rounds),
+        "bench store",
+        false,
+    );
+    let mut runs: Vec<Run> = Vec::new();
+    for round in 0..a.rounds {
+        let mut list = list.clone();
+        if round % 2 == 1 {
+            list.reverse();
+        }
+        for config in list {
+            let label = format!(
+                "round {} {:>7} {} T={}",
+                round + 1,
+                engine_name(config.engine),
+                config.workload.name(),
+                config.threads
+            );
+            bar.set_message(label.clone());
+            let (args, result) = run_child(&spec(a, config), dir)?;
+            let run = Run {
+                config,
+                round,
+                args,
+                result,
+            };
+            if bar.is_hidden() {
+                eprintln!("{label} {:>9.0}/s", run.rate());
+            } else {
+                bar.inc(1);
+            }
+            runs.push(run);
+        }
+    }
+    bar.finish_and_clear();
+    let rows = summarize(a, &runs);
+    if a.json {
+        let out = json!({
+            "command": command.join(" "),
+            "machine": machine.describe(),
+            "rounds": a.rounds,
+            "rows": rows,
+            "runs": runs.iter().map(|r| json!({
+                "workload": r.config.workload.name(),
+                "threads": r.config.threads,
+                "engine": engine_name(r.config.engine),
+                "round": r.round + 1,
+                "command": format!("keel {}", r.args.join(" ")),
+                "result": r.result,
+            })).collect::<Vec<_>>(),
+        });
+        println!("{out}");
+    } else {
+        print!("{}", render(a, &rows, &runs, &command, &machine));
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The rates of one configuration's runs, and their median.
+fn rates(runs: &[Run], workload: Workload, threads: usize, engine: Engine) -> (Vec<f64>, f64) {
+    let v: Vec<f64> = runs
+        .iter()
+        .filter(|r| {
+            r.config.workload == workload
+                && r.config.threads == threads
+                && r.config.engine == engine
+        })
+        .map(Run::rate)
+        .collect();
+    let m = median(&v).unwrap_or(f64::NAN);
+    (v, m)
+}
+
+/// The store's run at the median rate (the lower middle one for an even
+/// count): its latencies and costs describe the row.
+fn median_run(runs: &[Run], workload: Workload, threads: usize) -> serde_json::Value {
+    let mut store: Vec<&Run> = runs
+        .iter()
+        .filter(|r| {
+            r.config.workload == workload
+                && r.config.threads == threads
+                && r.config.engine == Engine::Store
+        })
+        .collect();
+    store.sort_by(|x, y| x.rate().total_cmp(&y.rate()));
+    store
+        .get(store.len().saturating_sub(1) / 2)
+        .map_or(serde_json::Value::Null, |r| r.result.clone())
+}
+
+fn ratio(a: f64, b: f64) -> f64 {
+    (a / b * 1000.0).round() / 1000.0
+}
+
+/// One row per workload, as JSON: the medians, the ratios, each target and
+/// whether it is met.
+fn summarize(a: &StoreArgs, runs: &[Run]) -> Vec<serde_json::Value> {
+    let row =
+        |workload: Workload, threads: usize, refs: &[Engine], targets: Vec<serde_json::Value>| {
+            let (store, store_median) = rates(runs, workload, threads, Engine::Store);
+            let mid = median_run(runs, workload, threads);
+            let mut refs_json = serde_json::Map::new();
+            for &e in refs {
+                let (v, m) = rates(runs, workload, threads, e);
+                refs_json.insert(
+                    engine_name(e).into(),
+                    json!({
+                        "per_s": v.iter().map(|x| x.round()).collect::<Vec<_>>(),
+                        "median": m.round(),
+                        "store_ratio": ratio(store_median, m),
+                    }),
+                );
+            }
+            json!({
+                "workload": workload.name(),
+                "threads": threads,
+                "store_per_s": store.iter().map(|x| x.round()).collect::<Vec<_>>(),
+                "store_median": store_median.round(),
+                "references": refs_json,
+                "targets": targets,
+                "p50_us": mid["p50_us"].clone(),
+                "p99_us": mid["p99_us"].clone(),
+                "serial_us_per_commit": mid["info"]["serial_us_per_commit"].clone(),
+                "cpu_us_per_commit": mid["info"]["cpu_us_per_commit"].clone(),
+                "context_switches_per_commit": mid["info"]["context_switches_per_commit"].clone(),
+                "checkpoints": mid["info"]["checkpoints"].clone(),
+            })
+        };
+    let vs = |workload, engine, at_least: f64| {
+        let (_, s) = rates(runs, workload, 1, Engine::Store);
+        let (_, r) = rates(runs, workload, 1, engine);
+        let got = ratio(s, r);
+        json!({
+            "what": format!("store / {} ≥ {at_least}", engine_name(engine)),
+            "value": got,
+            "met": got >= at_least,
+        })
+    };
+    let (_, w2) = rates(runs, Workload::W2, a.w2_threads, Engine::Store);
+    let mut rows = vec![
+        row(
+            Workload::W3,
+            1,
+            &[Engine::Raw, Engine::Journal],
+            vec![
+                vs(Workload::W3, Engine::Raw, W3_VS_RAW),
+                vs(Workload::W3, Engine::Journal, W3_VS_JOURNAL),
+            ],
+        ),
+        row(
+            Workload::W1,
+            1,
+            &[Engine::Journal],
+            vec![vs(Workload::W1, Engine::Journal, W1_VS_JOURNAL)],
+        ),
+        row(
+            Workload::W2,
+            a.w2_threads,
+            &[Engine::Journal],
+            // The target is for T = 64.
+            if a.w2_threads == 64 {
+                vec![json!({
+                    "what": format!("store ≥ {W2_COMMITS_PER_S} commits/s"),
+                    "value": w2.round(),
+                    "met": w2 >= W2_COMMITS_PER_S,
+                })]
+            } else {
+                Vec::new()
+            },
+        ),
+    ];
+    if a.r1 {
+        rows.push(row(Workload::R1, 1, &[], Vec::new()));
+        rows.push(row(Workload::R1, 2, &[], Vec::new()));
+    }
+    rows
+}
+
+fn render(
+    a: &StoreArgs,
+    rows: &[serde_json::Value],
+    runs: &[Run],
+    command: &[String],
+    machine: &Machine,
+) -> String {
+    let mut t = Table::new(&[
+        ("workload", Align::Left),
+        ("T", Align::Right),
+        ("store /s", Align::Right),
+        ("raw /s", Align::Right),
+        ("journal /s", Align::Right),
+        ("store/raw", Align::Right),
+        ("store/journal", Align::Right),
+        ("target", Align::Left),
+        ("met", Align::Left),
+        ("p50 µs", Align::Right),
+        ("p99 µs", Align::Right),
+        ("serial µs", Align::Right),
+        ("CPU µs", Align::Right),
+    ]);
+    let f = |v: &serde_json::Value, d: usize| v.as_f64().map_or("–".into(), |x| number(x, d));
+    for r in rows {
+        let refs = &r["references"];
+        let targets = r["targets"].as_array().cloned().unwrap_or_default();
+        let what: Vec<String> = targets
+            .iter()
+            .map(|t| t["what"].as_str().unwrap_or("").to_string())
+            .collect();
+        let met: Vec<&str> = targets
+            .iter()
+            .map(|t| {
+                if t["met"].as_bool() == Some(true) {
+                    "yes"
+                } else {
+                    "no"
+                }
+            })
+            .collect();
+        t.push(vec![
+            r["workload"].as_str().unwrap_or("").into(),
+            r["threads"].to_string(),
+            f(&r["store_median"], 0),
+            f(&refs["raw"]["median"], 0),
+            f(&refs["journal"]["median"], 0),
+            f(&refs["raw"]["store_ratio"], 3),
+            f(&refs["journal"]["store_ratio"], 3),
+            if what.is_empty() {
+                "–".into()
+            } else {
+                what.join("; ")
+            },
+            if met.is_empty() {
+                "–".into()
+            } else {
+                met.join(", ")
+            },
+            f(&r["p50_us"], 0),
+            f(&r["p99_us"], 0),
+            f(&r["serial_us_per_commit"], 1),
+            f(&r["cpu_us_per_commit"], 1),
+        ]);
+    }
+    let mut out = String::new();
+    out += &format!("`{}`\n\n", command.join(" "));
+    out += &format!("Machine: {}\n\n", machine.describe());
+    out += &format!(
+        "Medians of {} interleaved round(s), the store with its default options. w3 = {} \
+         transactions of {} random puts (16-byte keys, 100-byte values); w1 = {} serial commits \
+         of 16 KiB; w2 = {} s of T threads committing 128-byte values{}. Rates are transactions \
+         (r1: gets) per second; ratios are of the medians. p50, p99, serial (the writer slot's \
+         time) and CPU (the whole process's) per commit are those of the store's median run.\n\n",
+        a.rounds,
+        a.w3_count,
+        a.w3_batch,
+        a.w1_count,
+        a.w2_duration,
+        if a.r1 {
+            format!("; r1 = point gets of {} loaded keys", a.r1_keys)
+        } else {
+            String::new()
+        }
+    );
+    out += &t.render();
+    let mut shown: Vec<Engine> = Vec::new();
+    for r in runs.iter().filter(|r| r.round == 0) {
+        if !shown.contains(&r.config.engine) {
+            shown.push(r.config.engine);
+            out += &format!(
+                "\nA {} run: `keel {}`",
+                engine_name(r.config.engine),
+                r.args.join(" ")
+            );
+        }
+    }
+    if !shown.is_empty() {
+        out += "\n";
+    }
+    out
+}
