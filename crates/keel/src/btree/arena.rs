@@ -23,6 +23,21 @@ pub(crate) struct KeySpan {
     pub(crate) prefix: u64,
 }
 
+/// Read one value from every cache line of `items` (that is not already
+/// in cache): the loads are independent, so their misses overlap, and a
+/// binary search over them then finds each probe in cache instead of
+/// stalling on one miss after another.
+pub(crate) fn warm<T>(items: &[T], read: impl Fn(&T) -> u64) {
+    let stride = (64 / std::mem::size_of::<T>().max(1)).max(1);
+    let mut sum = 0u64;
+    let mut i = 0;
+    while i < items.len() {
+        sum = sum.wrapping_add(read(&items[i]));
+        i += stride;
+    }
+    std::hint::black_box(sum);
+}
+
 pub(crate) fn key_prefix(k: &[u8]) -> u64 {
     let mut b = [0u8; 8];
     let n = k.len().min(8);

@@ -13,7 +13,7 @@ use std::fmt;
 use std::ops::Range;
 use std::sync::{Arc, Mutex, OnceLock};
 
-use super::arena::{cmp_prefixed, key_prefix, Arena};
+use super::arena::{cmp_prefixed, key_prefix, warm, Arena};
 use super::node::lock;
 use super::page::{
     LEAF_INLINE_CELL_FIXED_BYTES, LEAF_OVERFLOW_CELL_FIXED_BYTES, PAGE_HEADER_BYTES,
@@ -282,6 +282,7 @@ impl Leaf {
     /// it would go.
     pub fn search(&self, key: &[u8]) -> Result<usize, usize> {
         let prefix = key_prefix(key);
+        warm(&self.slots, |s| s.prefix);
         self.slots.binary_search_by(|s| {
             cmp_prefixed(
                 s.prefix,

@@ -10,7 +10,7 @@
 
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
 
-use super::arena::{key_prefix, Arena, KeySpan};
+use super::arena::{key_prefix, warm, Arena, KeySpan};
 use super::children::{Child, Children};
 use super::leaf::Leaf;
 use super::page::{BRANCH_CELL_FIXED_BYTES, PAGE_HEADER_BYTES};
@@ -68,6 +68,7 @@ impl Separators {
     /// How many separators are `<= key`.
     fn rank(&self, key: &[u8]) -> usize {
         let prefix = key_prefix(key);
+        warm(&self.spans, |s| s.prefix);
         self.spans
             .partition_point(|s| self.arena.cmp_key(*s, key, prefix).is_le())
     }
