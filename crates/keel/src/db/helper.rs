@@ -130,15 +130,7 @@ impl Helper {
             let _ = t.join();
         }
     }
-}
 
-impl Drop for Helper {
-    fn drop(&mut self) {
-        self.stop();
-    }
-}
-
-impl Helper {
     /// Post `work` for the helper, unless it is busy with another
     /// poster's work or stopped; returns whether it was posted. The caller
     /// must then `Retract` it before `work`'s borrow ends.
@@ -168,6 +160,12 @@ impl Helper {
         if let Some(p) = self.inner.lock().panicked.take() {
             panic::resume_unwind(p);
         }
+    }
+}
+
+impl Drop for Helper {
+    fn drop(&mut self) {
+        self.stop();
     }
 }
 
