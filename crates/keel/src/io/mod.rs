@@ -163,7 +163,9 @@ pub trait Vfs: Send + Sync + Debug {
     /// entries durable.
     fn sync_dir(&self, path: &Path) -> Result<()>;
     /// Take an exclusive, non-blocking lock on `path` (created if missing).
-    /// Fails with [`IoError::Locked`] if another holder has it.
+    /// Fails with [`IoError::Locked`] if another holder has it (the real
+    /// file system retries for 100 ms first: a lock just released can
+    /// still be held by a child process another thread is starting).
     fn lock(&self, path: &Path) -> Result<Box<dyn LockGuard>>;
     /// Whether a file or directory exists at `path`.
     fn exists(&self, path: &Path) -> Result<bool>;

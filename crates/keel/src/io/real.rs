@@ -130,13 +130,25 @@ impl Vfs for RealVfs {
             .open(path)
             .map_err(os("open lock file", path))?;
         // flock locks belong to the open file description, so a second open
-        // in the same process conflicts too — which is what we want.
-        match rustix::fs::flock(file.as_fd(), FlockOperation::NonBlockingLockExclusive) {
-            Ok(()) => Ok(Box::new(RealLock { _file: file })),
-            Err(rustix::io::Errno::WOULDBLOCK) => Err(IoError::Locked {
-                path: path.to_path_buf(),
-            }),
-            Err(e) => Err(errno("flock", path)(e)),
+        // in the same process conflicts too — which is what we want. So
+        // does a child process that another thread is starting: between
+        // its fork and its exec it holds a copy of every descriptor (close-
+        // on-exec ones too), so a lock released just before can still be
+        // held for a moment. Retry briefly before calling the lock taken.
+        let deadline = std::time::Instant::now() + LOCK_RETRY;
+        loop {
+            match rustix::fs::flock(file.as_fd(), FlockOperation::NonBlockingLockExclusive) {
+                Ok(()) => return Ok(Box::new(RealLock { _file: file })),
+                Err(rustix::io::Errno::WOULDBLOCK) if std::time::Instant::now() < deadline => {
+                    std::thread::sleep(std::time::Duration::from_millis(2));
+                }
+                Err(rustix::io::Errno::WOULDBLOCK) => {
+                    return Err(IoError::Locked {
+                        path: path.to_path_buf(),
+                    })
+                }
+                Err(e) => return Err(errno("flock", path)(e)),
+            }
         }
     }
 
@@ -197,6 +209,10 @@ fn direct_alignment(file: &File, path: &Path) -> usize {
     }
     crate::io::device_logical_block_size(path).unwrap_or(FALLBACK_BLOCK_SIZE)
 }
+
+/// How long `lock` retries a lock that is held, in case its holder is a
+/// copy of a descriptor in a child process not yet past its `exec`.
+const LOCK_RETRY: std::time::Duration = std::time::Duration::from_millis(100);
 
 #[derive(Debug)]
 struct RealLock {
