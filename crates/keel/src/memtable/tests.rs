@@ -1,0 +1,245 @@
+use std::collections::BTreeMap;
+use std::ops::Bound;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+
+use proptest::prelude::*;
+use rand::{Rng, SeedableRng};
+
+use super::{Lsn, MemTable};
+
+/// The model: each key's versions, oldest first.
+type Model = BTreeMap<Vec<u8>, Vec<(Lsn, Option<Vec<u8>>)>>;
+
+fn model_at(model: &Model, key: &[u8], at: Lsn) -> Option<Option<Vec<u8>>> {
+    model
+        .get(key)?
+        .iter()
+        .rev()
+        .find(|(l, _)| *l <= at)
+        .map(|(_, v)| v.clone())
+}
+
+fn model_range(
+    model: &Model,
+    s: Bound<&[u8]>,
+    e: Bound<&[u8]>,
+    at: Lsn,
+) -> Vec<(Vec<u8>, Option<Vec<u8>>)> {
+    model
+        .range::<[u8], _>((s, e))
+        .filter_map(|(k, _)| model_at(model, k, at).map(|v| (k.clone(), v)))
+        .collect()
+}
+
+fn mem_range(
+    mem: &MemTable,
+    s: Bound<&[u8]>,
+    e: Bound<&[u8]>,
+    at: Lsn,
+) -> Vec<(Vec<u8>, Option<Vec<u8>>)> {
+    mem.range(s, e, at)
+        .map(|(k, v)| (k.to_vec(), v.map(|v| v.to_vec())))
+        .collect()
+}
+
+/// Keys that share long heads, differ only past the head, and are
+/// prefixes of each other, so that every comparison path is taken.
+fn key_strategy() -> impl Strategy<Value = Vec<u8>> {
+    prop_oneof![
+        proptest::collection::vec(0u8..4, 0..6),
+        (0u8..3, proptest::collection::vec(0u8..3, 0..4)).prop_map(|(a, tail)| {
+            let mut k = vec![a; 24];
+            k.extend(tail);
+            k
+        }),
+        proptest::collection::vec(any::<u8>(), 1..40),
+    ]
+}
+
+fn bound_strategy() -> impl Strategy<Value = Bound<Vec<u8>>> {
+    prop_oneof![
+        Just(Bound::Unbounded),
+        key_strategy().prop_map(Bound::Included),
+        key_strategy().prop_map(Bound::Excluded),
+    ]
+}
+
+fn as_ref(b: &Bound<Vec<u8>>) -> Bound<&[u8]> {
+    b.as_ref().map(|k| k.as_slice())
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(64))]
+
+    #[test]
+    fn matches_a_model(
+        ops in proptest::collection::vec((key_strategy(), proptest::option::of(any::<u8>()), any::<bool>()), 1..700),
+        probes in proptest::collection::vec((key_strategy(), any::<u16>()), 1..50),
+        ranges in proptest::collection::vec((bound_strategy(), bound_strategy(), any::<u16>()), 1..20),
+    ) {
+        let mem = MemTable::new();
+        let mut model = Model::new();
+        let mut lsn = 0;
+        for (key, value, next_lsn) in ops {
+            // Several changes share an LSN (one commit), or not.
+            lsn += u64::from(next_lsn);
+            let value = value.map(|b| vec![b; usize::from(b % 7)]);
+            mem.writer().insert(&key, lsn, value.as_deref().map(Arc::from));
+            let versions = model.entry(key).or_default();
+            // A commit's last change to a key is what it leaves.
+            if versions.last().is_some_and(|(l, _)| *l == lsn) {
+                versions.pop();
+            }
+            versions.push((lsn, value));
+        }
+        prop_assert_eq!(mem.len(), model.len() as u64);
+        for (key, at) in probes {
+            let at = u64::from(at) % (lsn + 2);
+            let got = mem.get(&key, at).map(|v| v.map(|v| v.to_vec()));
+            prop_assert_eq!(got, model_at(&model, &key, at), "key {:?} at {}", key, at);
+        }
+        for (s, e, at) in ranges {
+            let at = u64::from(at) % (lsn + 2);
+            if let (Bound::Included(a) | Bound::Excluded(a), Bound::Included(b) | Bound::Excluded(b)) = (&s, &e) {
+                if a > b || (a == b && !matches!((&s, &e), (Bound::Included(_), Bound::Included(_)))) {
+                    continue; // BTreeMap::range panics on such bounds
+                }
+            }
+            prop_assert_eq!(
+                mem_range(&mem, as_ref(&s), as_ref(&e), at),
+                model_range(&model, as_ref(&s), as_ref(&e), at)
+            );
+        }
+    }
+}
+
+#[test]
+fn a_large_random_fill_keeps_order_and_every_key() {
+    let mut rng = rand::rngs::SmallRng::seed_from_u64(7);
+    let mem = MemTable::new();
+    let mut model = BTreeMap::new();
+    for lsn in 1..=2_000u64 {
+        let mut w = mem.writer();
+        for _ in 0..50 {
+            let key: [u8; 20] = rng.random();
+            let key = &key[..rng.random_range(1..=20)];
+            w.insert(key, lsn, Some(Arc::from(&lsn.to_be_bytes()[..])));
+            model.insert(key.to_vec(), lsn);
+        }
+    }
+    let all: Vec<(Vec<u8>, Lsn)> = mem
+        .range(Bound::Unbounded, Bound::Unbounded, Lsn::MAX)
+        .map(|(k, v)| {
+            let v = v.expect("a value");
+            (k.to_vec(), u64::from_be_bytes(v[..].try_into().unwrap()))
+        })
+        .collect();
+    let want: Vec<(Vec<u8>, Lsn)> = model.into_iter().collect();
+    assert_eq!(all.len(), want.len());
+    assert!(all == want);
+    // Half way through, only what was there then.
+    let half = mem.range(Bound::Unbounded, Bound::Unbounded, 1_000).count();
+    assert!(half > 0 && half < all.len());
+}
+
+/// Readers scanning and getting while the writer inserts: at a published
+/// LSN, every key inserted at or below it is found, in order, and none
+/// above it.
+#[test]
+fn readers_see_every_published_key_while_the_writer_inserts() {
+    let mem = MemTable::new();
+    let published = AtomicU64::new(0);
+    let stop = AtomicBool::new(false);
+    // Key i is inserted at LSN i + 1; its bytes scatter it.
+    let key = |i: u64| (i.wrapping_mul(0x9E37_79B9_7F4A_7C15)).to_be_bytes();
+    let total = 60_000u64;
+    std::thread::scope(|s| {
+        let readers: Vec<_> = (0..2)
+            .map(|r| {
+                let (mem, published, stop) = (&mem, &published, &stop);
+                s.spawn(move || {
+                    let mut rng = rand::rngs::SmallRng::seed_from_u64(r);
+                    let mut checks = 0u64;
+                    while !stop.load(Ordering::Acquire) {
+                        let at = published.load(Ordering::Acquire);
+                        if at == 0 {
+                            continue;
+                        }
+                        let i = rng.random_range(0..at);
+                        assert!(mem.get(&key(i), at).is_some(), "key {i} missing at {at}");
+                        if checks % 64 == 0 {
+                            let mut n = 0;
+                            let mut last: Option<Vec<u8>> = None;
+                            for (k, _) in mem.range(Bound::Unbounded, Bound::Unbounded, at) {
+                                assert!(last.as_deref() < Some(k), "out of order");
+                                last = Some(k.to_vec());
+                                n += 1;
+                            }
+                            assert!(n >= at, "a scan at {at} found {n} keys");
+                        }
+                        checks += 1;
+                    }
+                    checks
+                })
+            })
+            .collect();
+        for i in 0..total {
+            mem.writer()
+                .insert(&key(i), i + 1, Some(Arc::from(&b"v"[..])));
+            published.store(i + 1, Ordering::Release);
+        }
+        stop.store(true, Ordering::Release);
+        for r in readers {
+            assert!(r.join().unwrap() > 0);
+        }
+    });
+    assert_eq!(mem.len(), total);
+}
+
+/// Insert time at a million keys, against the B+tree's copy-on-write
+/// apply of the same changes:
+/// `cargo test --release -p keel --lib memtable::tests::measure -- --ignored --nocapture`
+#[test]
+#[ignore]
+fn measure_inserts_at_a_million_keys() {
+    let mut rng = rand::rngs::SmallRng::seed_from_u64(1);
+    let value: Arc<[u8]> = Arc::from(vec![7u8; 100]);
+    let mem = MemTable::new();
+    let mut lsn = 0;
+    let mut batch = |n: usize, rng: &mut rand::rngs::SmallRng| {
+        let t = std::time::Instant::now();
+        for _ in 0..n / 100 {
+            lsn += 1;
+            let mut w = mem.writer();
+            for _ in 0..100 {
+                let mut key = [0u8; 20];
+                key[3] = 1;
+                rng.fill(&mut key[4..]);
+                w.insert(&key, lsn, Some(Arc::clone(&value)));
+            }
+        }
+        t.elapsed().as_nanos() as f64 / n as f64
+    };
+    let first = batch(900_000, &mut rng);
+    let last = batch(100_000, &mut rng);
+    let t = std::time::Instant::now();
+    let mut found = 0;
+    for _ in 0..100_000 {
+        let mut key = [0u8; 20];
+        key[3] = 1;
+        rng.fill(&mut key[4..]);
+        found += usize::from(mem.get(&key, Lsn::MAX).is_some());
+    }
+    let miss_ns = t.elapsed().as_nanos() as f64 / 100_000.0;
+    let t = std::time::Instant::now();
+    let n = mem
+        .range(Bound::Unbounded, Bound::Unbounded, Lsn::MAX)
+        .count();
+    let scan_ns = t.elapsed().as_nanos() as f64 / n as f64;
+    println!(
+        "memtable: insert {first:.0} ns (first 900k), {last:.0} ns (900k..1M); get (absent) \
+         {miss_ns:.0} ns; scan {scan_ns:.0} ns per key; {} MiB counted; {found} found",
+        mem.bytes() >> 20
+    );
+}
