@@ -14,7 +14,6 @@ pub mod db;
 pub mod io;
 pub mod journal;
 mod le;
-#[allow(dead_code)] // used by the store next
 pub(crate) mod memtable;
 
 /// The examples of `docs/store.md`, compiled and run as doctests.

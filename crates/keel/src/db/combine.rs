@@ -36,10 +36,9 @@ use std::thread::{self, Thread};
 use std::time::Instant;
 
 use super::error::{DbError, Result};
-use super::store::{apply, lock, Shared, WriterState, START_MIN_OPS};
+use super::store::{lock, Shared, WriterState, START_MIN_OPS};
 use super::txn::{Active, Blind};
 use super::Durability;
-use crate::btree::{Tree, TreeMut};
 use crate::journal::{CommitHandle, Lsn};
 
 /// The writer slot: the writer's state while no one holds it, and the
@@ -92,7 +91,7 @@ enum Member {
     Settled(Result<()>),
     /// Nothing to write; with `Immediate`, waits for the group.
     Empty,
-    /// Submitted: its changes, its LSN, not yet applied to the tree.
+    /// Submitted: its changes, its LSN, not yet in the memtable.
     Submitted(Active, Lsn),
     Applied,
 }
@@ -234,16 +233,13 @@ impl Shared {
             members: Vec::with_capacity(group.len()),
             last: None,
             last_lsn: w.last_lsn,
-            tree: None,
             failure: self.check_poison().err().map(failure_reason),
         };
         let mut record_buf = std::mem::take(&mut w.record_buf);
-        let mut tm = w.tree.edit();
         let mut ops_submitted = 0;
         // An unapplied member changes the catalog: apply before the next
         // replay, which reads it.
         let mut catalog_changed = false;
-        let mut created = 0;
         for q in group {
             let Queued {
                 ticket,
@@ -254,16 +250,14 @@ impl Shared {
             g.durability.push(durability);
             if catalog_changed && g.failure.is_none() {
                 catalog_changed = false;
-                if let Err(why) = self.apply_members(&mut tm, &mut g.members, &mut created) {
-                    g.failure = Some(why);
-                }
+                self.apply_members(w, &mut g.members);
             }
             if let Some(why) = &g.failure {
                 g.members
                     .push(Member::Settled(Err(DbError::Poisoned(Arc::clone(why)))));
                 continue;
             }
-            let view = WriterState::new(tm.snapshot(), g.last_lsn);
+            let view = WriterState::new(Arc::clone(&w.base), g.last_lsn);
             let replayed = Active::replay(Arc::clone(self), view, false, &blind.tables, blind.puts);
             let mut a = match replayed {
                 Ok(a) => a,
@@ -317,9 +311,7 @@ impl Shared {
             {
                 h.start();
             }
-            if let Err(why) = self.apply_members(&mut tm, &mut g.members, &mut created) {
-                g.failure = Some(why);
-            }
+            self.apply_members(w, &mut g.members);
         }
         let submitted = g
             .members
@@ -327,11 +319,7 @@ impl Shared {
             .filter(|m| matches!(m, Member::Applied))
             .count() as u64;
         if g.failure.is_none() {
-            let (tree, freed) = tm.finish();
-            debug_assert!(freed.is_empty(), "freed pages are taken per member");
-            w.tree = tree.clone();
             w.last_lsn = g.last_lsn;
-            g.tree = Some(tree);
         }
         w.recycle(record_buf);
         self.counters
@@ -344,13 +332,9 @@ impl Shared {
         g
     }
 
-    /// Apply the submitted members to `tm`, in order.
-    fn apply_members(
-        &self,
-        tm: &mut TreeMut,
-        members: &mut [Member],
-        created: &mut u64,
-    ) -> std::result::Result<(), Arc<str>> {
+    /// Insert the submitted members' changes into the active memtable, in
+    /// order, each under its LSN.
+    fn apply_members(&self, w: &WriterState, members: &mut [Member]) {
         for m in members.iter_mut() {
             if !matches!(m, Member::Submitted(..)) {
                 continue;
@@ -358,21 +342,14 @@ impl Shared {
             let Member::Submitted(a, lsn) = std::mem::replace(m, Member::Applied) else {
                 unreachable!("checked")
             };
-            let ops = a.ops();
-            if let Err(e) = apply(tm, &self.cache, &ops, self.fork()) {
-                // The record may reach the disk: recovery applies it again.
-                return Err(self.set_poison(&format!("applying lsn {lsn} to the tree failed: {e}")));
-            }
-            let made = tm.created() - *created;
-            *created = tm.created();
-            self.applied(lsn, tm.take_freed(), made, &ops, a.size());
+            w.base.active.apply(&a.ops(), lsn);
+            self.applied(&w.base, a.size());
         }
-        Ok(())
     }
 
     /// Tell a group's members their results: now for those refused and
     /// the `Eventual` ones; for the others once the group's last record is
-    /// durable and the tree published — waiting here (`wait`), or from the
+    /// durable and published — waiting here (`wait`), or from the
     /// journal's thread.
     fn settle(&self, g: Group, wait: bool) {
         let Group {
@@ -381,7 +358,6 @@ impl Shared {
             members,
             last,
             last_lsn,
-            tree,
             failure,
         } = g;
         let mut waiting: Vec<(Arc<Ticket>, bool)> = Vec::new();
@@ -398,12 +374,14 @@ impl Shared {
                 None => waiting.push((t, had_record)),
             }
         }
-        // After a failure every member is settled, and there is no tree.
-        let Some(tree) = tree else { return };
+        // After a failure every member is settled.
+        if failure.is_some() {
+            return;
+        }
         if waiting.is_empty() {
             // All `Eventual`: publish once durable.
             if let Some(h) = last {
-                self.publish_on_durable(h, last_lsn, tree, |_| {});
+                self.publish_on_durable(h, last_lsn, |_| {});
             }
             return;
         }
@@ -421,12 +399,12 @@ impl Shared {
             None => tell(self.wait_published(last_lsn).map_err(failure_reason)),
             Some(h) if wait => tell(match h.wait() {
                 Ok(_) => {
-                    self.publish(last_lsn, tree);
+                    self.publish(last_lsn);
                     Ok(())
                 }
                 Err(e) => Err(self.set_poison(&format!("writing lsn {last_lsn} failed: {e}"))),
             }),
-            Some(h) => self.publish_on_durable(h, last_lsn, tree, tell),
+            Some(h) => self.publish_on_durable(h, last_lsn, tell),
         }
     }
 }
@@ -447,7 +425,5 @@ struct Group {
     /// The last record submitted, and its LSN (else the writer's).
     last: Option<CommitHandle>,
     last_lsn: Lsn,
-    /// The tree after the group, unless it failed.
-    tree: Option<Tree>,
     failure: Option<Arc<str>>,
 }

@@ -34,6 +34,7 @@ mod freelist;
 #[doc(hidden)]
 pub mod fuzzing;
 mod helper;
+mod layers;
 pub mod meta;
 mod record;
 mod store;
@@ -91,14 +92,13 @@ pub struct Options {
     /// are not covered by a checkpoint (the background checkpointer fell
     /// behind): bounds the replay time.
     pub backpressure_journal_bytes: u64,
-    /// A checkpoint starts once commits changed about this many bytes of
-    /// pages in memory since the last one: a page each node copied from
-    /// its on-disk version, and each new value in overflow pages. Changed
-    /// pages stay in memory until a checkpoint writes them, outside the
-    /// page cache's budget.
+    /// A checkpoint starts once the memtable holding the commits since the
+    /// last one reaches about this many bytes (keys, values and their
+    /// bookkeeping). Memtables are outside the page cache's budget.
     pub checkpoint_dirty_bytes: u64,
-    /// Writers stop and checkpoint themselves when changed pages reach
-    /// this many bytes: with `cache_bytes`, this bounds the store's memory.
+    /// Writers stop and checkpoint themselves when the memtables (the
+    /// active one and one being folded by a checkpoint) reach this many
+    /// bytes: with `cache_bytes`, this bounds the store's memory.
     pub backpressure_dirty_bytes: u64,
     /// Run checkpoints in a background thread (otherwise only writers'
     /// backpressure, [`Database::checkpoint`] and `close` do).
@@ -238,17 +238,21 @@ pub struct Stats {
     pub grouped_commits: u64,
     /// Time commits held the writer slot inside `WriteTxn::commit` (a
     /// group's leader, for the group): replaying blind changes, encoding
-    /// the record, submitting it to the journal, applying it to the tree
-    /// (while the journal writes it). No other write transaction runs
+    /// the record, submitting it to the journal, inserting its changes
+    /// into the memtable (while the journal writes it). No other write transaction runs
     /// meanwhile; the wait for durability that follows is not counted.
     /// The time between `begin_write` and `commit` is the caller's, and
     /// not counted either.
     pub commit_writer_ms: f64,
     /// Record bytes committed that no checkpoint covers yet.
     pub uncheckpointed_bytes: u64,
-    /// Estimated bytes of pages changed in memory since the last
-    /// checkpoint started.
+    /// Bytes the memtables hold (an estimate): what was committed since
+    /// the last checkpoint, and what a running checkpoint is folding.
     pub dirty_bytes: u64,
+    /// Keys in the memtables, and their versions (each commit that
+    /// changed a key adds one).
+    pub memtable_keys: u64,
+    pub memtable_versions: u64,
     pub cache: CacheStats,
     pub journal: JournalStats,
 }
@@ -336,6 +340,7 @@ impl Database {
         let meta = s.meta();
         let (free, pending) = s.free_counts();
         let c = &s.counters;
+        let mem = s.base();
         Stats {
             page_size: s.page_size.bytes(),
             page_count: meta.page_count,
@@ -353,6 +358,8 @@ impl Database {
             commit_writer_ms: c.commit_writer_ns.load(Ordering::Relaxed) as f64 / 1e6,
             uncheckpointed_bytes: s.bytes_since_checkpoint.load(Ordering::Relaxed),
             dirty_bytes: s.dirty_bytes.load(Ordering::Relaxed),
+            memtable_keys: mem.layers().map(|l| l.mem.len()).sum(),
+            memtable_versions: mem.layers().map(|l| l.mem.versions()).sum(),
             cache: s.cache.stats(),
             journal: s.journal.stats(),
         }

@@ -35,16 +35,7 @@ pub(crate) enum Op<'a> {
     DropTable(u32),
 }
 
-impl<'a> Op<'a> {
-    /// The key and value of a put.
-    pub(crate) fn put(&self) -> Option<(&'a [u8], &'a [u8])> {
-        match *self {
-            Op::Put(k, v) => Some((k, v)),
-            Op::PutShared(k, v) => Some((k, &v[..])),
-            Op::Delete(_) | Op::DropTable(_) => None,
-        }
-    }
-
+impl Op<'_> {
     pub(crate) fn encoded_bytes(&self) -> usize {
         match self {
             Op::Put(k, v) => PUT_FIXED_BYTES + k.len() + v.len(),

@@ -5,7 +5,6 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::IoSlice;
-use std::ops::Bound;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
@@ -15,13 +14,14 @@ use super::combine::Slot;
 use super::error::{DbError, Result};
 use super::freelist;
 use super::helper::Helper;
+use super::layers::{Base, Layer};
 use super::meta::{self, Meta, MetaError, PageRef};
 use super::record::{self, Op};
 use super::txn::Record;
 use super::{Durability, Options};
 use crate::btree::{
-    check_tree, detach_clean, reserve_pages, Change, Fork, Location, PageCache, PageNo, PageSize,
-    Tree, TreeMut, TreeStats, FIRST_TREE_PAGE, MAX_PAGE_BYTES, MIN_PAGE_BYTES,
+    check_tree, detach_clean, reserve_pages, Fork, Location, PageCache, PageNo, PageSize, Tree,
+    TreeStats, FIRST_TREE_PAGE, MAX_PAGE_BYTES, MIN_PAGE_BYTES,
 };
 use crate::io::{self, LockGuard, OpenMode, OpenOptions, SyncKind, Vfs, VfsFile};
 use crate::journal::{CommitHandle, Journal, JournalOptions, Lsn, RecoveryMode};
@@ -52,11 +52,12 @@ pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 /// 2026-11-23). A change costs about 3 µs to apply at a million entries.
 pub(super) const START_MIN_OPS: usize = 16;
 
-/// What only the one writer touches: the newest tree (committed, perhaps
-/// not yet durable) and its LSN.
+/// What only the one writer touches: the base its commits go into (its
+/// active memtable holds every commit, perhaps not yet durable) and the
+/// LSN of the last one.
 #[derive(Debug)]
 pub(crate) struct WriterState {
-    pub tree: Tree,
+    pub base: Arc<Base>,
     pub last_lsn: Lsn,
     /// The buffer records are encoded into, kept between commits: a fresh
     /// one per commit came from memory the allocator had not touched yet,
@@ -69,9 +70,9 @@ pub(crate) struct WriterState {
 pub(crate) const KEEP_RECORD_BUF_BYTES: usize = 1 << 20;
 
 impl WriterState {
-    pub(crate) fn new(tree: Tree, last_lsn: Lsn) -> WriterState {
+    pub(crate) fn new(base: Arc<Base>, last_lsn: Lsn) -> WriterState {
         WriterState {
-            tree,
+            base,
             last_lsn,
             record_buf: Vec::new(),
         }
@@ -87,13 +88,13 @@ impl WriterState {
     }
 }
 
-/// What readers see: the tree of the highest durable LSN, and the LSNs of
-/// the snapshots readers hold.
+/// What readers see: the newest base at the highest durable LSN, and how
+/// many readers hold each base's tree (by [`Base::gen`]).
 #[derive(Debug)]
 struct View {
-    tree: Tree,
+    base: Arc<Base>,
     lsn: Lsn,
-    readers: BTreeMap<Lsn, usize>,
+    readers: BTreeMap<u64, usize>,
 }
 
 /// The published view and the poison.
@@ -105,20 +106,14 @@ struct Published {
 }
 
 impl Published {
-    /// Make `tree` (the state after `lsn`, now durable) what new readers
-    /// see, unless a later durable state is already published: committers
-    /// may wake out of order, and the published root never moves back.
-    /// Returns the tree it replaced, for the caller to drop.
-    #[must_use = "dropping the replaced tree is costly: choose where"]
-    fn publish(&self, lsn: Lsn, tree: Tree) -> Option<Tree> {
+    /// Make the state after `lsn` (now durable) what new readers see,
+    /// unless a later durable state is already published: committers may
+    /// wake out of order, and the published LSN never moves back.
+    fn publish(&self, lsn: Lsn) {
         let mut v = lock(&self.view);
-        let replaced = (lsn > v.lsn).then(|| {
-            v.lsn = lsn;
-            std::mem::replace(&mut v.tree, tree)
-        });
+        v.lsn = v.lsn.max(lsn);
         drop(v);
         self.view_cv.notify_all();
-        replaced
     }
 
     /// Record the first failure; wake whoever waits for publication.
@@ -142,20 +137,21 @@ struct Space {
     freelist_pages: Vec<PageNo>,
     /// Pages that no durable meta and no reader can reach: reusable now.
     free: BTreeSet<PageNo>,
-    /// Pages freed by the commit at the LSN beside them: the durable meta
-    /// (checkpoint LSN < that LSN) or a reader may still reach them.
-    pending: Vec<(Lsn, PageNo)>,
+    /// Pages the fold that made the tree of the generation beside them
+    /// freed: the durable meta (of an older generation) or a reader of an
+    /// older tree may still reach them.
+    pending: Vec<(u64, PageNo)>,
+    /// The generation of the tree the durable meta page holds.
+    durable_gen: u64,
     /// By page number, for the pages checkpoints wrote since open: the
-    /// lowest LSN at which the node (or value) they hold can have been
-    /// made — the LSN after the checkpoint before the one that wrote it
-    /// (that one placed every node the tree held then). A reader whose
-    /// snapshot is older never sees the page. 0 (and pages past the end):
-    /// written before open, seen by every reader.
-    born_after: Vec<Lsn>,
+    /// generation of the tree that first held the node (or value) in it.
+    /// A reader of an older tree never sees the page. 0 (and pages past
+    /// the end): written before open, seen by every reader.
+    born_after: Vec<u64>,
 }
 
 impl Space {
-    fn born_after(&self, page: PageNo) -> Lsn {
+    fn born_after(&self, page: PageNo) -> u64 {
         usize::try_from(page)
             .ok()
             .and_then(|p| self.born_after.get(p))
@@ -163,12 +159,12 @@ impl Space {
             .unwrap_or(0)
     }
 
-    fn set_born_after(&mut self, page: PageNo, lsn: Lsn) {
+    fn set_born_after(&mut self, page: PageNo, gen: u64) {
         let p = usize::try_from(page).expect("page numbers fit in memory");
         if self.born_after.len() <= p {
             self.born_after.resize(p + 1, 0);
         }
-        self.born_after[p] = lsn;
+        self.born_after[p] = gen;
     }
 }
 
@@ -214,11 +210,11 @@ pub(crate) struct Shared {
     ckpt_cv: Condvar,
     /// Record bytes committed since the last checkpoint started.
     pub bytes_since_checkpoint: AtomicU64,
-    /// Estimated bytes of pages changed in memory since the last
-    /// checkpoint started (see `Options::checkpoint_dirty_bytes`).
+    /// Bytes the memtables hold, as of the last commit or checkpoint (see
+    /// `Options::checkpoint_dirty_bytes`).
     pub dirty_bytes: AtomicU64,
     pub counters: Counters,
-    /// A second thread for large applies and for freeing replaced trees
+    /// A second thread for large folds and for freeing replaced bases
     /// (none if it could not be started).
     helper: Option<Helper>,
     _lock: Box<dyn LockGuard>,
@@ -446,8 +442,15 @@ impl Shared {
             freelist_pages,
             free: listed,
             pending: Vec::new(),
+            durable_gen: 0,
             born_after: Vec::new(),
         };
+        let base = Arc::new(Base {
+            tree,
+            active: Arc::new(Layer::default()),
+            frozen: None,
+            gen: 0,
+        });
         let shared = Shared {
             path: dir.to_path_buf(),
             page_size: ps,
@@ -458,7 +461,7 @@ impl Shared {
             writer_cv: Condvar::new(),
             published: Arc::new(Published {
                 view: Mutex::new(View {
-                    tree: tree.clone(),
+                    base: Arc::clone(&base),
                     lsn: meta.checkpoint_lsn,
                     readers: BTreeMap::new(),
                 }),
@@ -476,18 +479,18 @@ impl Shared {
             options,
             _lock: guard,
         };
-        let (tree, last) = shared.replay(tree, meta.checkpoint_lsn)?;
-        {
-            let mut v = lock(&shared.published.view);
-            v.tree = tree.clone();
-            v.lsn = last;
-        }
-        lock(&shared.writer).state = Some(WriterState::new(tree, last));
+        let last = shared.replay(&base.active, meta.checkpoint_lsn)?;
+        shared
+            .dirty_bytes
+            .store(base.mem_bytes(), Ordering::Relaxed);
+        lock(&shared.published.view).lsn = last;
+        lock(&shared.writer).state = Some(WriterState::new(base, last));
         Ok(Arc::new(shared))
     }
 
-    /// Apply the journal's records after the checkpoint LSN to `tree`.
-    fn replay(&self, tree: Tree, checkpoint: Lsn) -> Result<(Tree, Lsn)> {
+    /// Insert the journal's records after the checkpoint LSN into `layer`;
+    /// returns the last LSN.
+    fn replay(&self, layer: &Layer, checkpoint: Lsn) -> Result<Lsn> {
         let next = self.journal.next_lsn();
         if next <= checkpoint {
             return Err(corrupt(
@@ -498,7 +501,6 @@ impl Shared {
                 ),
             ));
         }
-        let mut tm = tree.edit();
         let mut last = checkpoint;
         for rec in self.journal.read_from(checkpoint + 1)? {
             let (lsn, payload) = rec?;
@@ -518,11 +520,7 @@ impl Shared {
                     format!("journal record {lsn}, byte {}: {}", b.at, b.reason),
                 )
             })?;
-            apply(&mut tm, &self.cache, &ops, self.fork())?;
-            let freed = tm.take_freed();
-            lock(&self.space)
-                .pending
-                .extend(freed.into_iter().map(|p| (lsn, p)));
+            layer.apply(&ops, lsn);
             self.bytes_since_checkpoint
                 .fetch_add(payload.len() as u64, Ordering::Relaxed);
             last = lsn;
@@ -533,7 +531,7 @@ impl Shared {
                 format!("the journal's next lsn is {next} but replay ended at lsn {last}"),
             ));
         }
-        Ok((tm.finish().0, last))
+        Ok(last)
     }
 
     // ----- poison -------------------------------------------------------
@@ -558,38 +556,47 @@ impl Shared {
 
     // ----- readers --------------------------------------------------------
 
-    /// The published snapshot, registered as held until [`Self::unpin`].
-    pub(crate) fn pin(&self) -> (Tree, Lsn) {
+    /// The published snapshot, registered as held until [`Self::unpin`]
+    /// (with the base's generation).
+    pub(crate) fn pin(&self) -> (Arc<Base>, Lsn) {
         let mut v = lock(&self.published.view);
-        let (tree, lsn) = (v.tree.clone(), v.lsn);
-        *v.readers.entry(lsn).or_insert(0) += 1;
-        (tree, lsn)
+        let (base, lsn) = (Arc::clone(&v.base), v.lsn);
+        *v.readers.entry(base.gen).or_insert(0) += 1;
+        (base, lsn)
     }
 
-    pub(crate) fn unpin(&self, lsn: Lsn) {
+    pub(crate) fn unpin(&self, gen: u64) {
         let mut v = lock(&self.published.view);
-        if let Some(n) = v.readers.get_mut(&lsn) {
+        if let Some(n) = v.readers.get_mut(&gen) {
             *n -= 1;
             if *n == 0 {
-                v.readers.remove(&lsn);
+                v.readers.remove(&gen);
             }
         }
     }
 
-    /// Make `tree` (the state after `lsn`, now durable) what new readers
-    /// see; see [`Published::publish`].
-    pub(crate) fn publish(&self, lsn: Lsn, tree: Tree) {
-        // Dropping the replaced root frees the nodes only it held (those
-        // the commit copied): about a fifth of a w3 commit's CPU time
-        // (perf, 2026-11-23). Not under the view's lock, so `begin_read`
-        // never waits for it, and on the helper's thread when there is
-        // one, so that no committer does.
-        if let Some(replaced) = self.published.publish(lsn, tree) {
-            match &self.helper {
-                Some(h) => h.dispose(replaced),
-                None => drop(replaced),
-            }
+    /// Make the state after `lsn` (now durable) what new readers see; see
+    /// [`Published::publish`].
+    pub(crate) fn publish(&self, lsn: Lsn) {
+        self.published.publish(lsn);
+    }
+
+    /// Make `base` the writer's and what new readers see (the caller holds
+    /// the writer's state `w`). The base it replaces is dropped on the
+    /// helper's thread: dropping a folded memtable frees every entry.
+    fn set_base(&self, w: &mut WriterState, base: Base) {
+        let base = Arc::new(base);
+        let old = std::mem::replace(&mut lock(&self.published.view).base, Arc::clone(&base));
+        w.base = base;
+        match &self.helper {
+            Some(h) => h.dispose(old),
+            None => drop(old),
         }
+    }
+
+    /// The published base, not registered as held (for counters).
+    pub(crate) fn base(&self) -> Arc<Base> {
+        Arc::clone(&lock(&self.published.view).base)
     }
 
     /// The published LSN.
@@ -614,17 +621,17 @@ impl Shared {
 
     // ----- the commit path ------------------------------------------------
 
-    /// The helper, for applying large records on two threads.
+    /// The helper, for folding on two threads.
     pub(crate) fn fork(&self) -> Option<&dyn Fork> {
         self.helper.as_ref().map(|h| h as &dyn Fork)
     }
 
-    /// Commit a validated record: submit it, start its write, apply it to
-    /// the writer's tree while the write is in flight, give the writer
-    /// slot back, then wait for durability (or not) and publish.
-    /// `started` is when `WriteTxn::commit` began encoding the record: the
-    /// time from there to giving the writer slot back is counted in
-    /// `commit_writer_ns`.
+    /// Commit a validated record: submit it, start its write, insert its
+    /// changes into the active memtable under its LSN while the write is
+    /// in flight, give the writer slot back, then wait for durability (or
+    /// not) and publish. `started` is when `WriteTxn::commit` began
+    /// encoding the record: the time from there to giving the writer slot
+    /// back is counted in `commit_writer_ns`.
     pub(crate) fn commit(
         self: &Arc<Self>,
         mut w: WriterState,
@@ -653,17 +660,9 @@ impl Shared {
             handle.start();
         }
         let lsn = handle.lsn();
-        let mut tm = w.tree.edit();
-        if let Err(e) = apply(&mut tm, &self.cache, ops, self.fork()) {
-            // The record may reach the disk: recovery applies it again.
-            let why = self.set_poison(&format!("applying lsn {lsn} to the tree failed: {e}"));
-            self.put_writer(w);
-            return Err(DbError::CommitFailed(why));
-        }
-        let created = tm.created();
-        let (tree, freed) = tm.finish();
-        self.applied(lsn, freed, created, ops, record_bytes);
-        w.tree = tree.clone();
+        // Invisible to readers until `lsn` is published.
+        w.base.active.apply(ops, lsn);
+        self.applied(&w.base, record_bytes);
         w.last_lsn = lsn;
         self.put_writer(w);
         self.counters
@@ -673,7 +672,7 @@ impl Shared {
         match durability {
             Durability::Immediate => match handle.wait() {
                 Ok(_) => {
-                    self.publish(lsn, tree);
+                    self.publish(lsn);
                     Ok(())
                 }
                 Err(e) => {
@@ -682,28 +681,26 @@ impl Shared {
                 }
             },
             Durability::Eventual => {
-                self.publish_on_durable(handle, lsn, tree, |_| {});
+                self.publish_on_durable(handle, lsn, |_| {});
                 Ok(())
             }
         }
     }
 
-    /// Publish `tree` (the state after `lsn`) once the journal reports
-    /// `handle`'s record durable, from a journal thread, or poison the
-    /// store if the write fails; then call `then` with the outcome (why
-    /// the store failed).
+    /// Publish the state after `lsn` once the journal reports `handle`'s
+    /// record durable, from a journal thread, or poison the store if the
+    /// write fails; then call `then` with the outcome (why the store
+    /// failed).
     pub(crate) fn publish_on_durable(
         &self,
         handle: CommitHandle,
         lsn: Lsn,
-        tree: Tree,
         then: impl FnOnce(std::result::Result<(), Arc<str>>) + Send + 'static,
     ) {
         let published = Arc::clone(&self.published);
         handle.on_durable(move |r| match r {
             Ok(_) => {
-                // Dropped on the journal's thread, off the committers'.
-                drop(published.publish(lsn, tree));
+                published.publish(lsn);
                 then(Ok(()));
             }
             Err(e) => then(Err(
@@ -712,42 +709,18 @@ impl Shared {
         });
     }
 
-    /// Account for a record applied to the writer's tree: the pages it
-    /// freed (reusable once no snapshot and no durable meta needs them),
-    /// the nodes it `created` by splits, its journal bytes; ask for a
+    /// Account for a record inserted into `base`'s active memtable: its
+    /// journal bytes, and the memory the memtables hold; ask for a
     /// checkpoint when a budget is reached.
-    pub(crate) fn applied(
-        &self,
-        lsn: Lsn,
-        freed: Vec<PageNo>,
-        created: u64,
-        ops: &[Op<'_>],
-        record_bytes: usize,
-    ) {
-        // Each page reported freed is a node copied from its on-disk
-        // version (or a value's page dropped: counted too, an estimate),
-        // each split made a node; new overflow values are in memory until
-        // a checkpoint.
-        let max_inline = self.page_size.max_inline_value_bytes();
-        let dirtied = (freed.len() as u64 + created) * self.page_size.bytes() as u64
-            + ops
-                .iter()
-                .filter_map(|op| op.put())
-                .map(|(_, v)| v.len() as u64)
-                .filter(|&len| len > max_inline as u64)
-                .sum::<u64>();
-        let dirty = self.dirty_bytes.fetch_add(dirtied, Ordering::Relaxed) + dirtied;
-        if !freed.is_empty() {
-            lock(&self.space)
-                .pending
-                .extend(freed.into_iter().map(|p| (lsn, p)));
-        }
+    pub(crate) fn applied(&self, base: &Base, record_bytes: usize) {
+        self.dirty_bytes.store(base.mem_bytes(), Ordering::Relaxed);
         let since = self
             .bytes_since_checkpoint
             .fetch_add(record_bytes as u64, Ordering::Relaxed)
             + record_bytes as u64;
+        // The active memtable only: a frozen one is being folded already.
         if since >= self.options.checkpoint_journal_bytes
-            || dirty >= self.options.checkpoint_dirty_bytes
+            || base.active.bytes() >= self.options.checkpoint_dirty_bytes
         {
             self.request_checkpoint();
         }
@@ -823,35 +796,115 @@ impl Shared {
     /// file and switch the meta page to it; then release the journal up to
     /// there. Returns the checkpoint's LSN, or `None` when there was
     /// nothing to do.
+    ///
+    /// The steps (docs/format.md, "Checkpoint"): under the writer slot,
+    /// wait until everything applied is durable and freeze the active
+    /// memtable; without the slot, fold it into a copy of the tree, give
+    /// the copy's new nodes pages, write them, sync, write the meta page,
+    /// sync; under the slot again, make the folded tree the base (the
+    /// frozen memtable goes); release the journal.
     pub(crate) fn checkpoint(&self) -> Result<Option<Lsn>> {
         let _one = lock(&self.ckpt_run);
         self.check_poison()?;
         let started = Instant::now();
-        // Take the writer slot and wait until everything the writer applied
-        // is durable and published: the checkpoint must cover the writer's
-        // tree exactly. (A checkpoint of an older snapshot would give pages
-        // to nodes the writer has already copied; their pages would never
-        // be reported freed.) No writer copies nodes while pages are given.
-        let w = self.take_writer()?;
+        let Some((lsn, frozen)) = self.freeze()? else {
+            return Ok(None);
+        };
+        let old_tree = frozen.tree.clone();
+        let layer = Arc::clone(frozen.frozen.as_ref().expect("frozen"));
+        drop(frozen);
+        // The fold: only this thread changes this copy; no reader sees it
+        // before it is durable.
+        let mut tm = old_tree.edit();
+        if let Err(e) = layer.fold_into(&mut tm, &self.cache, self.fork()) {
+            let why = self.set_poison(&format!("checkpoint: folding up to lsn {lsn}: {e}"));
+            return Err(DbError::Poisoned(why));
+        }
+        let (tree, freed) = tm.finish();
+        drop(old_tree);
+        let written = self.write_checkpoint(&tree, freed, lsn);
+        let (meta, list_pages, gen, cp) = match written {
+            Ok(w) => w,
+            Err(e) => {
+                let why = self.set_poison(&format!("checkpoint at lsn {lsn}: {e}"));
+                return Err(DbError::Poisoned(why));
+            }
+        };
+        // The meta page is durable: readers may have the folded tree.
+        let mut w = self.take_writer()?;
+        let folded = w.base.folded(tree.clone());
+        debug_assert_eq!(folded.gen, gen);
+        self.set_base(&mut w, folded);
+        self.dirty_bytes
+            .store(w.base.mem_bytes(), Ordering::Relaxed);
+        self.put_writer(w);
+        drop(layer);
+        {
+            let mut sp = lock(&self.space);
+            sp.meta = meta;
+            sp.durable_gen = gen;
+            let old_list = std::mem::replace(&mut sp.freelist_pages, list_pages);
+            // The old list's pages are no tree's: free once the new meta is
+            // durable.
+            sp.free.extend(old_list);
+            self.reclaim(&mut sp);
+        }
+        // Only now may the journal drop what the checkpoint covers.
+        self.journal.release(lsn);
+        for (loc, node) in cp.nodes {
+            self.cache.insert(loc, node);
+        }
+        detach_clean(&tree);
+        let c = &self.counters;
+        c.checkpoints.fetch_add(1, Ordering::Relaxed);
+        c.checkpoint_pages
+            .fetch_add(cp.pages.len() as u64, Ordering::Relaxed);
+        c.checkpoint_us
+            .fetch_add(started.elapsed().as_micros() as u64, Ordering::Relaxed);
+        Ok(Some(lsn))
+    }
+
+    /// Under the writer slot: wait until everything the writer applied is
+    /// durable and published (a checkpoint never covers an LSN that is
+    /// not), then freeze the active memtable. Returns the LSN the frozen
+    /// memtable ends at and the new base, or `None` when nothing was
+    /// committed since the last checkpoint.
+    fn freeze(&self) -> Result<Option<(Lsn, Arc<Base>)>> {
+        let mut w = self.take_writer()?;
         if let Err(e) = self.wait_published(w.last_lsn) {
             self.put_writer(w);
             return Err(e);
         }
-        let (tree, lsn) = (w.tree.clone(), w.last_lsn);
-        let mut sp = lock(&self.space);
-        if lsn == sp.meta.checkpoint_lsn {
-            drop(sp);
+        let lsn = w.last_lsn;
+        if lsn == lock(&self.space).meta.checkpoint_lsn {
             self.put_writer(w);
             return Ok(None);
         }
+        let frozen = w.base.freeze();
+        self.set_base(&mut w, frozen);
+        let base = Arc::clone(&w.base);
         self.bytes_since_checkpoint.store(0, Ordering::Relaxed);
-        // Everything changed so far is placed by this checkpoint: what
-        // writers change from here on is counted afresh.
-        self.dirty_bytes.store(0, Ordering::Relaxed);
+        self.put_writer(w);
+        Ok(Some((lsn, base)))
+    }
+
+    /// Give the folded `tree`'s new nodes pages, write them and the new
+    /// free list, sync, write the meta page for `lsn` and sync. Returns
+    /// the meta page, the free list's pages, the tree's generation and the
+    /// written plan.
+    fn write_checkpoint(
+        &self,
+        tree: &Tree,
+        freed: Vec<PageNo>,
+        lsn: Lsn,
+    ) -> Result<(Meta, Vec<PageNo>, u64, crate::btree::Checkpoint)> {
+        let mut sp = lock(&self.space);
+        let gen = sp.durable_gen + 1;
+        // Pages of the older tree that the fold replaced: readers of an
+        // older tree, and the durable meta, may still reach them.
+        sp.pending.extend(freed.into_iter().map(|p| (gen, p)));
         self.reclaim(&mut sp);
         let mut page_count = sp.meta.page_count;
-        // What this checkpoint places was made after the previous one.
-        let born_after = sp.meta.checkpoint_lsn + 1;
         let mut alloc = |sp: &mut Space| -> PageNo {
             let page = match sp.free.pop_first() {
                 Some(p) => {
@@ -863,26 +916,16 @@ impl Shared {
                     page_count - 1
                 }
             };
-            sp.set_born_after(page, born_after);
+            sp.set_born_after(page, gen);
             page
         };
-        // Under the slot only the pages are given; encoding them (most of
-        // the work) happens below, while writers run again.
-        let placed = reserve_pages(&tree, &mut || alloc(&mut sp));
-        self.put_writer(w);
-        let plan = match placed {
-            Ok(plan) => plan,
-            Err(e) => {
-                let why = self.set_poison(&format!("checkpoint: {e}"));
-                return Err(DbError::Poisoned(why));
-            }
-        };
-        // The new meta's free list: what is free now, what commits up to
-        // `lsn` freed (readers do not survive a restart), and the pages of
-        // the old list. None of these may be reused before the new meta is
-        // durable; the list's own pages come from pages free now.
+        let plan = reserve_pages(tree, &mut || alloc(&mut sp))?;
+        // The new meta's free list: what is free now, what the folds up to
+        // this one freed (readers do not survive a restart), and the pages
+        // of the old list. None of these may be reused before the new meta
+        // is durable; the list's own pages come from pages free now.
         let upper = sp.free.len()
-            + sp.pending.iter().filter(|(l, _)| *l <= lsn).count()
+            + sp.pending.iter().filter(|(g, _)| *g <= gen).count()
             + sp.freelist_pages.len();
         let list_pages: Vec<PageNo> = (0..freelist::pages_needed(self.page_size, upper))
             .map(|_| alloc(&mut sp))
@@ -891,14 +934,14 @@ impl Shared {
         listed.extend(
             sp.pending
                 .iter()
-                .filter(|(l, _)| *l <= lsn)
+                .filter(|(g, _)| *g <= gen)
                 .map(|(_, p)| *p),
         );
         listed.extend(sp.freelist_pages.iter().copied());
         listed.sort_unstable();
         let old_meta = sp.meta;
         drop(sp);
-        let cp = plan.encode();
+        let mut cp = plan.encode();
         let (list_writes, list_first) =
             freelist::encode_chain(self.page_size, &list_pages, &listed);
         let meta = Meta {
@@ -919,62 +962,36 @@ impl Shared {
         };
         // Pages, then sync, then the meta page, then sync: the meta never
         // reaches the disk before the pages it refers to.
-        let written = self
-            .write_pages(&cp.pages)
-            .and_then(|_| self.write_pages(&list_writes))
-            .and_then(|_| Ok(self.data.sync(SyncKind::Data)?))
-            .and_then(|_| self.write_meta(&meta));
-        if let Err(e) = written {
-            let why = self.set_poison(&format!("checkpoint at lsn {lsn}: {e}"));
-            return Err(DbError::Poisoned(why));
-        }
-        {
-            let mut sp = lock(&self.space);
-            sp.meta = meta;
-            let old_list = std::mem::replace(&mut sp.freelist_pages, list_pages);
-            // The old list's pages are no tree's: free once the new meta is
-            // durable.
-            sp.free.extend(old_list);
-            self.reclaim(&mut sp);
-        }
-        // Only now may the journal drop what the checkpoint covers.
-        self.journal.release(lsn);
-        for (loc, node) in cp.nodes {
-            self.cache.insert(loc, node);
-        }
-        detach_clean(&tree);
-        let c = &self.counters;
-        c.checkpoints.fetch_add(1, Ordering::Relaxed);
-        c.checkpoint_pages.fetch_add(
-            (cp.pages.len() + list_writes.len()) as u64,
-            Ordering::Relaxed,
-        );
-        c.checkpoint_us
-            .fetch_add(started.elapsed().as_micros() as u64, Ordering::Relaxed);
-        Ok(Some(lsn))
+        self.write_pages(&cp.pages)?;
+        self.write_pages(&list_writes)?;
+        self.data.sync(SyncKind::Data)?;
+        self.write_meta(&meta)?;
+        cp.pages.extend(list_writes);
+        Ok((meta, list_pages, gen, cp))
     }
 
-    /// Move pending pages to free where the rule allows: freed at an LSN the
-    /// durable meta covers, and no reader can reach them.
+    /// Move pending pages to free where the rule allows: freed by a fold
+    /// whose tree the durable meta holds, and no reader can reach them.
     ///
-    /// A reader at snapshot *S* can reach the page freed at *L* only if the
-    /// node it held was in that snapshot: made at or before *S* (at or
-    /// after the page's `born_after`) and replaced after it (*S* < *L*).
-    /// Readers that begin later see *L* or newer. So a long reader holds
-    /// back only the pages of nodes that were in its snapshot, not every
-    /// page freed while it lives.
+    /// A reader of the tree of generation *h* can reach the page freed by
+    /// the fold that made generation *g* only if the node it held was in
+    /// that tree: first held at or before *h* (at or after the page's
+    /// `born_after`) and replaced after it (*h* < *g*). Readers that begin
+    /// later read generation *g* or newer. So a long reader holds back
+    /// only the pages of nodes that were in its tree, not every page freed
+    /// while it lives.
     fn reclaim(&self, sp: &mut Space) {
-        let readers: Vec<Lsn> = lock(&self.published.view).readers.keys().copied().collect();
-        let checkpoint = sp.meta.checkpoint_lsn;
+        let readers: Vec<u64> = lock(&self.published.view).readers.keys().copied().collect();
+        let durable = sp.durable_gen;
         let mut keep = Vec::with_capacity(sp.pending.len());
-        for (l, p) in std::mem::take(&mut sp.pending) {
+        for (g, p) in std::mem::take(&mut sp.pending) {
             let born = sp.born_after(p);
-            let first = readers.partition_point(|&s| s < born);
-            let seen = readers.get(first).is_some_and(|&s| s < l);
-            if l <= checkpoint && !seen {
+            let first = readers.partition_point(|&h| h < born);
+            let seen = readers.get(first).is_some_and(|&h| h < g);
+            if g <= durable && !seen {
                 sp.free.insert(p);
             } else {
-                keep.push((l, p));
+                keep.push((g, p));
             }
         }
         sp.pending = keep;
@@ -1071,61 +1088,19 @@ impl Shared {
                 format!("page {p} is neither in the tree nor free (leaked)"),
             ));
         }
-        let (tree, lsn) = self.pin();
-        let mem = check_tree(&tree, &self.cache);
-        self.unpin(lsn);
+        let (base, _) = self.pin();
+        let mem = check_tree(&base.tree, &self.cache);
+        self.unpin(base.gen);
         Ok((disk, mem?))
     }
 
     /// The published snapshot's statistics (walks the whole tree).
     pub(crate) fn tree_stats(&self) -> Result<TreeStats> {
-        let (tree, lsn) = self.pin();
-        let r = check_tree(&tree, &self.cache);
-        self.unpin(lsn);
+        let (base, _) = self.pin();
+        let r = check_tree(&base.tree, &self.cache);
+        self.unpin(base.gen);
         Ok(r?)
     }
-}
-
-/// Apply a record's changes to a working copy: runs of puts and deletes
-/// together (on the helper too, when `fork` is given and the run is
-/// large), a table drop alone.
-pub(crate) fn apply(
-    tm: &mut TreeMut,
-    src: &PageCache,
-    ops: &[Op<'_>],
-    fork: Option<&dyn Fork>,
-) -> Result<()> {
-    let mut run: Vec<Change<'_>> = Vec::with_capacity(ops.len());
-    for op in ops {
-        match *op {
-            Op::Put(key, value) => run.push(Change::Put {
-                key,
-                value,
-                shared: None,
-            }),
-            Op::PutShared(key, value) => run.push(Change::Put {
-                key,
-                value,
-                shared: Some(value),
-            }),
-            Op::Delete(key) => run.push(Change::Remove(key)),
-            Op::DropTable(id) => {
-                tm.apply(src, &run, fork)?;
-                run.clear();
-                let start = id.to_be_bytes();
-                match id.checked_add(1) {
-                    Some(next) => tm.remove_range(
-                        src,
-                        Bound::Included(&start[..]),
-                        Bound::Excluded(&next.to_be_bytes()[..]),
-                    )?,
-                    None => tm.remove_range(src, Bound::Included(&start[..]), Bound::Unbounded)?,
-                };
-            }
-        }
-    }
-    tm.apply(src, &run, fork)?;
-    Ok(())
 }
 
 /// Read the free-list chain of `meta`: its pages, and the pages it lists.

@@ -6,14 +6,13 @@
 //! endian), and its empty key holds the next id to give. Ids are never
 //! reused, so a dropped table's keys can never reappear under a new table.
 //!
+//! Reads see the checkpointed tree under the memtables (see `layers.rs`).
 //! A write transaction keeps its changes in an ordered overlay over the
-//! writer's tree; its reads merge the two. `commit` turns the overlay into
+//! writer's base; its reads merge the two. `commit` turns the overlay into
 //! one journal record (see `record.rs`) and hands it to the commit path.
 
 use std::cell::OnceCell;
-use std::collections::btree_map;
 use std::collections::BTreeMap;
-use std::iter::Peekable;
 use std::ops::{
     self, Bound, Deref, RangeFrom, RangeFull, RangeInclusive, RangeTo, RangeToInclusive,
 };
@@ -22,10 +21,11 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use super::error::{DbError, Result};
+use super::layers::{Base, Found};
 use super::record::{self, Op, DELETE_FIXED_BYTES, DROP_BYTES, PUT_FIXED_BYTES, RECORD_TXN};
 use super::store::{Shared, WriterState, KEEP_RECORD_BUF_BYTES};
 use super::Durability;
-use crate::btree::{Entry, PageCache, Range, Tree, MAX_VALUE_BYTES};
+use crate::btree::{Entry, PageCache, Range, MAX_VALUE_BYTES};
 use crate::journal::Lsn;
 
 /// The longest table name, in bytes of UTF-8.
@@ -197,6 +197,13 @@ enum ValueInner {
 }
 
 impl Value {
+    fn found(f: Found) -> Value {
+        Value(match f {
+            Found::Tree(e) => ValueInner::Tree(e),
+            Found::Mem(v) => ValueInner::Owned(v),
+        })
+    }
+
     /// The value's bytes.
     pub fn as_bytes(&self) -> &[u8] {
         match &self.0 {
@@ -250,28 +257,81 @@ impl KeyValue {
 /// are shared (`Arc`) so that a large one becomes the tree's overflow value
 /// without another copy.
 type Overlay = BTreeMap<Vec<u8>, Option<Arc<[u8]>>>;
-type OverlayRange<'a> = Peekable<btree_map::Range<'a, Vec<u8>, Option<Arc<[u8]>>>>;
 
-/// A scan in key order: the tree's entries, merged with a write
-/// transaction's own changes.
+/// A layer's item: a key and its value, `None` for a deletion.
+type LayerItem<'a> = (&'a [u8], Option<&'a Arc<[u8]>>);
+/// A layer's scan, in key order.
+type LayerScan<'a> = Box<dyn Iterator<Item = LayerItem<'a>> + 'a>;
+
+/// A scan in key order: the tree's entries under the layers above it (the
+/// memtables, and a write transaction's own changes), the newest layer's
+/// version of each key winning and deletions hiding what is below.
 pub struct Iter<'a> {
     base: Range<'a>,
     base_next: Option<Entry>,
-    over: Option<OverlayRange<'a>>,
+    /// Newest first, each with its next item.
+    upper: Vec<(LayerScan<'a>, Option<LayerItem<'a>>)>,
     /// An error to report first (taking the writer slot failed).
     error: Option<DbError>,
     done: bool,
 }
 
 impl<'a> Iter<'a> {
+    fn new(
+        base: &'a Base,
+        src: &'a PageCache,
+        s: &Bound<Vec<u8>>,
+        e: &Bound<Vec<u8>>,
+        at: Lsn,
+        overlay: Option<&'a Overlay>,
+    ) -> Iter<'a> {
+        let mut upper: Vec<LayerScan<'a>> = Vec::with_capacity(3);
+        if let Some(o) = overlay {
+            upper.push(Box::new(
+                o.range::<[u8], _>((as_ref(s), as_ref(e)))
+                    .map(|(k, v)| (k.as_slice(), v.as_ref())),
+            ));
+        }
+        for r in base.mem_ranges(as_ref(s), as_ref(e), at) {
+            upper.push(Box::new(r));
+        }
+        Iter {
+            base: base.tree.range(src, as_ref(s), as_ref(e)),
+            base_next: None,
+            upper: upper
+                .into_iter()
+                .map(|mut scan| {
+                    let first = scan.next();
+                    (scan, first)
+                })
+                .collect(),
+            error: None,
+            done: false,
+        }
+    }
+
     fn failed(src: &'a PageCache, e: DbError) -> Iter<'a> {
         Iter {
             base: Range::new(None, src, Bound::Unbounded, Bound::Unbounded),
             base_next: None,
-            over: None,
+            upper: Vec::new(),
             error: Some(e),
             done: false,
         }
+    }
+
+    /// The smallest key the upper layers have next, and the newest layer
+    /// that has it.
+    fn upper_min(&self) -> Option<(usize, &'a [u8])> {
+        let mut best: Option<(usize, &'a [u8])> = None;
+        for (i, (_, next)) in self.upper.iter().enumerate() {
+            if let Some((k, _)) = *next {
+                if best.is_none_or(|(_, b)| k < b) {
+                    best = Some((i, k));
+                }
+            }
+        }
+        best
     }
 }
 
@@ -294,35 +354,37 @@ impl Iterator for Iter<'_> {
                     None => {}
                 }
             }
-            let over = self.over.as_mut().and_then(|o| o.peek());
-            let take_over = match (&self.base_next, over) {
+            let upper = self.upper_min();
+            let (layer, key) = match (&self.base_next, upper) {
                 (None, None) => {
                     self.done = true;
                     return None;
                 }
-                (Some(_), None) => false,
-                (None, Some(_)) => true,
-                (Some(b), Some((k, _))) => match b.key().cmp(k.as_slice()) {
-                    std::cmp::Ordering::Less => false,
-                    std::cmp::Ordering::Equal => {
-                        // The transaction's change replaces the tree's.
-                        self.base_next = None;
-                        true
-                    }
-                    std::cmp::Ordering::Greater => true,
-                },
+                (Some(b), Some((_, k))) if b.key() < k => {
+                    let e = self.base_next.take().expect("a tree entry");
+                    return Some(Ok(KeyValue(KvInner::Tree(e))));
+                }
+                (Some(_), None) => {
+                    let e = self.base_next.take().expect("a tree entry");
+                    return Some(Ok(KeyValue(KvInner::Tree(e))));
+                }
+                (_, Some(u)) => u,
             };
-            if !take_over {
-                let e = self.base_next.take().expect("a tree entry");
-                return Some(Ok(KeyValue(KvInner::Tree(e))));
+            // The newest layer's version replaces the others'.
+            if self.base_next.as_ref().is_some_and(|b| b.key() == key) {
+                self.base_next = None;
             }
-            let (k, v) = self
-                .over
-                .as_mut()
-                .and_then(|o| o.next())
-                .expect("an overlay entry");
-            if let Some(v) = v {
-                return Some(Ok(KeyValue(KvInner::Owned(k.clone(), v.clone()))));
+            let mut value = None;
+            for (i, (scan, next)) in self.upper.iter_mut().enumerate() {
+                if next.is_some_and(|(k, _)| k == key) {
+                    let (_, v) = std::mem::replace(next, scan.next()).expect("checked");
+                    if i == layer {
+                        value = v;
+                    }
+                }
+            }
+            if let Some(v) = value {
+                return Some(Ok(KeyValue(KvInner::Owned(key.to_vec(), Arc::clone(v)))));
             }
             // A deletion: skip.
         }
@@ -339,14 +401,21 @@ impl Iterator for Iter<'_> {
 #[derive(Debug)]
 pub struct ReadTxn {
     shared: Arc<Shared>,
-    tree: Tree,
+    base: Arc<Base>,
     lsn: Lsn,
 }
 
 impl ReadTxn {
     pub(crate) fn begin(shared: Arc<Shared>) -> ReadTxn {
-        let (tree, lsn) = shared.pin();
-        ReadTxn { shared, tree, lsn }
+        let (base, lsn) = shared.pin();
+        ReadTxn { shared, base, lsn }
+    }
+
+    fn get_full(&self, key: &[u8]) -> Result<Option<Value>> {
+        Ok(self
+            .base
+            .get(&self.shared.cache, key, self.lsn)?
+            .map(Value::found))
     }
 
     /// The LSN of the commit this snapshot shows (0 before any).
@@ -356,11 +425,8 @@ impl ReadTxn {
 
     fn table_id(&self, name: &str) -> Result<Option<u32>> {
         check_name(name)?;
-        match self
-            .tree
-            .get(&self.shared.cache, &full_key(CATALOG, name.as_bytes()))?
-        {
-            Some(e) => Ok(Some(decode_id(&self.shared.path, e.value())?)),
+        match self.get_full(&full_key(CATALOG, name.as_bytes()))? {
+            Some(v) => Ok(Some(decode_id(&self.shared.path, &v)?)),
             None => Ok(None),
         }
     }
@@ -376,13 +442,7 @@ impl ReadTxn {
     /// The names of the tables, sorted.
     pub fn list_tables(&self) -> Result<Vec<String>> {
         let (s, e) = table_bounds(CATALOG, &(Bound::Excluded(&[][..]), Bound::Unbounded));
-        let it = Iter {
-            base: self.tree.range(&self.shared.cache, as_ref(&s), as_ref(&e)),
-            base_next: None,
-            over: None,
-            error: None,
-            done: false,
-        };
+        let it = Iter::new(&self.base, &self.shared.cache, &s, &e, self.lsn, None);
         collect_names(&self.shared.path, it)
     }
 }
@@ -400,7 +460,7 @@ fn collect_names(path: &Path, it: Iter<'_>) -> Result<Vec<String>> {
 
 impl Drop for ReadTxn {
     fn drop(&mut self) {
-        self.shared.unpin(self.lsn);
+        self.shared.unpin(self.base.gen);
     }
 }
 
@@ -414,10 +474,7 @@ pub struct Table<'t> {
 impl<'t> Table<'t> {
     /// The value of `key`, if present.
     pub fn get(&self, key: impl AsRef<[u8]>) -> Result<Option<Value>> {
-        let t = self.txn;
-        Ok(t.tree
-            .get(&t.shared.cache, &full_key(self.id, key.as_ref()))?
-            .map(|e| Value(ValueInner::Tree(e))))
+        self.txn.get_full(&full_key(self.id, key.as_ref()))
     }
 
     /// The entries with keys in `range` (see [`KeyRange`]), in key order.
@@ -439,13 +496,7 @@ impl<'t> Table<'t> {
 
     fn iter_bounds(&self, s: Bound<Vec<u8>>, e: Bound<Vec<u8>>) -> Iter<'t> {
         let t = self.txn;
-        Iter {
-            base: t.tree.range(&t.shared.cache, as_ref(&s), as_ref(&e)),
-            base_next: None,
-            over: None,
-            error: None,
-            done: false,
-        }
+        Iter::new(&t.base, &t.shared.cache, &s, &e, t.lsn, None)
     }
 }
 
@@ -613,8 +664,17 @@ impl Active {
         Ok(a)
     }
 
-    fn tree(&self) -> &Tree {
-        &self.state.as_ref().expect("an open transaction").tree
+    fn base(&self) -> &Base {
+        &self.state.as_ref().expect("an open transaction").base
+    }
+
+    /// Whether `key` is in the committed state (not counting this
+    /// transaction's changes).
+    fn committed(&self, key: &[u8]) -> Result<bool> {
+        Ok(self
+            .base()
+            .get(&self.shared.cache, key, Lsn::MAX)?
+            .is_some())
     }
 
     /// Drop the view of the tree (a leader's replay, before it changes the
@@ -638,10 +698,11 @@ impl Active {
         if let Some(v) = self.overlay.get(key) {
             return Ok(v.clone().map(|v| Value(ValueInner::Owned(v))));
         }
+        // The writer sees every commit applied, durable or not.
         Ok(self
-            .tree()
-            .get(&self.shared.cache, key)?
-            .map(|e| Value(ValueInner::Tree(e))))
+            .base()
+            .get(&self.shared.cache, key, Lsn::MAX)?
+            .map(Value::found))
     }
 
     /// Record a change to a full key, refusing it if the record would
@@ -662,7 +723,7 @@ impl Active {
 
     /// Remove a full key; returns whether it was present.
     fn remove_full(&mut self, key: Vec<u8>) -> Result<bool> {
-        let in_tree = self.tree().get(&self.shared.cache, &key)?.is_some();
+        let in_tree = self.committed(&key)?;
         match self.overlay.get(&key) {
             Some(None) => Ok(false),
             Some(Some(_)) if !in_tree => {
@@ -723,7 +784,7 @@ impl Active {
             return Ok(false);
         };
         let catalog_key = full_key(CATALOG, name.as_bytes());
-        let in_tree = self.tree().get(&self.shared.cache, &catalog_key)?.is_some();
+        let in_tree = self.committed(&catalog_key)?;
         // Refuse before changing anything: the catalog entry's deletion
         // and the drop together must fit.
         let need = self.size + DROP_BYTES + DELETE_FIXED_BYTES + catalog_key.len();
@@ -757,19 +818,14 @@ impl Active {
     }
 
     fn iter_bounds(&self, s: Bound<Vec<u8>>, e: Bound<Vec<u8>>) -> Iter<'_> {
-        Iter {
-            base: self
-                .tree()
-                .range(&self.shared.cache, as_ref(&s), as_ref(&e)),
-            base_next: None,
-            over: Some(
-                self.overlay
-                    .range::<[u8], _>((as_ref(&s), as_ref(&e)))
-                    .peekable(),
-            ),
-            error: None,
-            done: false,
-        }
+        Iter::new(
+            self.base(),
+            &self.shared.cache,
+            &s,
+            &e,
+            Lsn::MAX,
+            Some(&self.overlay),
+        )
     }
 
     /// The changes, in the order the record lists them.
