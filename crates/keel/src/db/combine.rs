@@ -1,25 +1,23 @@
 //! The writer slot, and the commits combined under it.
 //!
-//! One write transaction at a time holds the writer slot (the newest tree).
-//! A transaction that has only made blind changes — opened tables and
-//! inserted — has read nothing, so it gives the same result whenever it
-//! runs: its `commit` queues it. Whoever takes the slot next with a queue
-//! waiting becomes the *leader* and commits the whole queue: for each
-//! transaction in order, it replays the changes over the tree the earlier
-//! ones left (creating the tables it opened if they are missing), checks
-//! the record, submits it to the journal; then it applies the records to
-//! the tree while the journal writes them, gives the slot back, waits once
-//! for the last record to be durable (the journal makes records durable in
-//! LSN order, so every earlier one is too), publishes, and wakes the
-//! others with their results.
+//! One write transaction at a time holds the writer slot (the base commits
+//! go into). A transaction that has only made blind changes — opened
+//! tables and inserted — has read nothing, so it gives the same result
+//! whenever it runs: its `commit` queues it. Whoever takes the slot next
+//! with a queue waiting becomes the *leader* and commits the whole queue:
+//! for each transaction in order, it replays the changes over the state
+//! the earlier ones left (creating the tables it opened if they are
+//! missing), checks the record, submits it to the journal; then it inserts
+//! the records' changes into the memtable while the journal writes them,
+//! gives the slot back, waits once for the last record to be durable (the
+//! journal makes records durable in LSN order, so every earlier one is
+//! too), publishes, and wakes the others with their results.
 //!
 //! Why: with one transaction per slot hand-over, each of T committers
 //! sleeps twice per commit, once for the slot and once for the journal. On
 //! these 2-vCPU VMs a sleep and its wake-up cost about as much CPU as the
 //! commit itself (w2 at T=64: 2.1 context switches and 28 µs of CPU per
-//! commit). Combined, a committer sleeps once; the leader copies the
-//! tree's upper nodes once for the whole group instead of once per
-//! transaction.
+//! commit). Combined, a committer sleeps once.
 //!
 //! Each transaction is still its own journal record, so recovery and its
 //! atomicity are unchanged: a crash keeps a prefix of the group's records,
@@ -259,14 +257,13 @@ impl Shared {
             }
             let view = WriterState::new(Arc::clone(&w.base), g.last_lsn);
             let replayed = Active::replay(Arc::clone(self), view, false, &blind.tables, blind.puts);
-            let mut a = match replayed {
+            let a = match replayed {
                 Ok(a) => a,
                 Err(e) => {
                     g.members.push(Member::Settled(Err(e)));
                     continue;
                 }
             };
-            a.drop_view();
             let ops = a.ops();
             if ops.is_empty() {
                 g.members.push(Member::Empty);

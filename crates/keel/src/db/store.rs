@@ -41,15 +41,16 @@ pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 /// Commits of at least this many changes hand their record's write to the
-/// journal's flusher thread before applying them to the tree, so that the
-/// apply overlaps the write; smaller ones apply first and then write the
+/// journal's flusher thread before inserting them into the memtable, so
+/// that the apply overlaps the write; smaller ones apply first and then write the
 /// record themselves in `wait` (the journal's lone-committer path). Waking
 /// the flusher costs tens of µs on these VMs (an idle vCPU halts and needs
 /// an interrupt from the hypervisor), more than a small apply takes: with
 /// the hand-off on every commit, w1 (one 16 KiB put per commit) ran at
 /// 0.69x the journal alone, the committer itself writing the batch in 775
 /// of 2,000 commits because the flusher had not yet run (perf sched,
-/// 2026-11-23). A change costs about 3 µs to apply at a million entries.
+/// 2026-11-23, when a change cost about 3 µs to apply to the tree; into
+/// the memtable it costs about 1 µs at a million keys).
 pub(super) const START_MIN_OPS: usize = 16;
 
 /// What only the one writer touches: the base its commits go into (its

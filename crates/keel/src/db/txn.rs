@@ -512,7 +512,7 @@ impl<'t> Table<'t> {
 /// (*blind* changes, which read nothing), it keeps them to itself. Its
 /// first read (`get`, `remove`, a scan, `list_tables`, …) takes the slot,
 /// waiting while another transaction holds it, and replays the blind
-/// changes over the newest tree. A transaction still blind at `commit` is
+/// changes over the newest state. A transaction still blind at `commit` is
 /// queued and committed by whichever committer holds the slot next,
 /// together with the others queued (see `combine.rs`): having read
 /// nothing, it gives the same result whenever it runs, so running it then
@@ -614,7 +614,7 @@ fn op_bytes(key: &[u8], value: &Option<Arc<[u8]>>) -> usize {
 }
 
 /// A write transaction holding the writer slot (or, committed with others,
-/// a view of the tree the leader is building: `owns_slot` false).
+/// a view of the state the leader is building: `owns_slot` false).
 pub(crate) struct Active {
     shared: Arc<Shared>,
     state: Option<WriterState>,
@@ -675,13 +675,6 @@ impl Active {
             .base()
             .get(&self.shared.cache, key, Lsn::MAX)?
             .is_some())
-    }
-
-    /// Drop the view of the tree (a leader's replay, before it changes the
-    /// tree: a view holding nodes would make the change copy them).
-    pub(crate) fn drop_view(&mut self) {
-        debug_assert!(!self.owns_slot);
-        self.state = None;
     }
 
     fn max_record(&self) -> usize {
