@@ -53,6 +53,8 @@ struct State {
     panicked: Option<Box<dyn Any + Send>>,
     /// Values to drop on the helper's thread.
     garbage: Vec<Box<dyn Send>>,
+    /// Work to run soon, nobody waiting for it.
+    chores: Vec<Box<dyn FnOnce() + Send>>,
     stop: bool,
 }
 
@@ -116,6 +118,22 @@ impl Helper {
         }
     }
 
+    /// Run `chore` on the helper's thread soon (after the share of work it
+    /// is in, if any); nobody waits for it. Dropped unrun if the helper
+    /// has stopped.
+    pub(crate) fn chore(&self, chore: impl FnOnce() + Send + 'static) {
+        let mut s = self.inner.lock();
+        if s.stop {
+            return;
+        }
+        s.chores.push(Box::new(chore));
+        let idle = !s.running;
+        drop(s);
+        if idle {
+            self.inner.wake.notify_one();
+        }
+    }
+
     /// Stop the helper thread (after it frees what it holds). Idempotent.
     pub(crate) fn stop(&self) {
         self.inner.lock().stop = true;
@@ -166,6 +184,22 @@ impl Helper {
 impl Drop for Helper {
     fn drop(&mut self) {
         self.stop();
+    }
+}
+
+impl Helper {
+    /// Like [`Fork::fork`], but only if the helper is free to take part:
+    /// returns `false`, without running `work`, when it is busy with
+    /// another poster's work or stopped.
+    pub(crate) fn try_fork(&self, work: &(dyn Fn() + Sync)) -> bool {
+        if !self.post(work) {
+            return false;
+        }
+        let retract = Retract { inner: &self.inner };
+        work();
+        drop(retract);
+        self.rethrow();
+        true
     }
 }
 
@@ -221,10 +255,18 @@ fn run(inner: &Inner) {
             }
             inner.done.notify_all();
         }
-        if !s.garbage.is_empty() {
+        if !s.garbage.is_empty() || !s.chores.is_empty() {
             let garbage = std::mem::take(&mut s.garbage);
+            let chores = std::mem::take(&mut s.chores);
+            let stopping = s.stop;
             drop(s);
             drop(garbage);
+            if !stopping {
+                for chore in chores {
+                    // A panicking chore must not end the helper.
+                    let _ = panic::catch_unwind(AssertUnwindSafe(chore));
+                }
+            }
             s = inner.lock();
             continue;
         }
@@ -293,5 +335,18 @@ mod tests {
         }
         helper.stop();
         assert_eq!(*seen.lock().unwrap(), vec!["keel-helper"; 3]);
+    }
+
+    /// A chore runs on the helper's thread without anyone waiting.
+    #[test]
+    fn chores_run_on_the_helper() {
+        let helper = Helper::start().unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        helper.chore(move || {
+            let name = std::thread::current().name().unwrap_or("").to_string();
+            tx.send(name).unwrap();
+        });
+        let name = rx.recv_timeout(std::time::Duration::from_secs(10)).unwrap();
+        assert_eq!(name, "keel-helper");
     }
 }

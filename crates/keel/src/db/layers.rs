@@ -21,7 +21,7 @@ use super::record::Op;
 use super::store::lock;
 use crate::btree::{BtreeError, Change, Entry, Fork, PageCache, Tree, TreeMut};
 use crate::journal::Lsn;
-use crate::memtable::{MemRange, MemTable};
+use crate::memtable::{ChunkPool, MemRange, MemTable};
 
 /// A memtable, and the tables dropped by the commits it holds.
 ///
@@ -29,24 +29,40 @@ use crate::memtable::{MemRange, MemTable};
 /// reused, so after the drop no snapshot that can see it looks the id up
 /// (the catalog no longer names it), and snapshots from before the drop
 /// still read the keys. The fold removes them from the tree.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(crate) struct Layer {
     pub mem: MemTable,
     drops: Mutex<Vec<u32>>,
+    /// Where the memtable's memory comes from and goes back to.
+    pool: Arc<ChunkPool>,
 }
 
 impl Layer {
+    /// An empty layer whose memtable allocates from `pool`.
+    pub(crate) fn new(pool: Arc<ChunkPool>) -> Layer {
+        Layer {
+            mem: MemTable::with_pool(Some(Arc::clone(&pool))),
+            drops: Mutex::new(Vec::new()),
+            pool,
+        }
+    }
+
     /// Insert a record's changes under `lsn` (the one writer).
     pub(crate) fn apply(&self, ops: &[Op<'_>], lsn: Lsn) {
         let mut w = self.mem.writer();
         for op in ops {
             match *op {
-                Op::Put(k, v) => w.insert(k, lsn, Some(Arc::from(v))),
-                Op::PutShared(k, v) => w.insert(k, lsn, Some(Arc::clone(v))),
+                Op::Put(k, v) => w.insert(k, lsn, Some(v)),
+                Op::PutShared(k, v) => w.insert(k, lsn, Some(v)),
                 Op::Delete(k) => w.insert(k, lsn, None),
                 Op::DropTable(id) => lock(&self.drops).push(id),
             }
         }
+    }
+
+    /// Where the memtable's memory comes from.
+    pub(crate) fn pool(&self) -> &Arc<ChunkPool> {
+        &self.pool
     }
 
     /// Bytes of memory held (an estimate).
@@ -89,7 +105,7 @@ impl Layer {
                 Some(v) => Change::Put {
                     key,
                     value: v,
-                    shared: Some(v),
+                    shared: None,
                 },
                 None => Change::Remove(key),
             });
@@ -130,7 +146,7 @@ impl Base {
         debug_assert!(self.frozen.is_none(), "one checkpoint at a time");
         Base {
             tree: self.tree.clone(),
-            active: Arc::new(Layer::default()),
+            active: Arc::new(Layer::new(Arc::clone(&self.active.pool))),
             frozen: Some(Arc::clone(&self.active)),
             gen: self.gen,
         }
@@ -165,7 +181,7 @@ impl Base {
     ) -> Result<Option<Found>, BtreeError> {
         for layer in self.layers().filter(|l| !l.mem.is_empty()) {
             if let Some(v) = layer.mem.get(key, at) {
-                return Ok(v.map(|v| Found::Mem(Arc::clone(v))));
+                return Ok(v.map(|v| Found::Mem(Arc::from(v))));
             }
         }
         Ok(self.tree.get(src, key)?.map(Found::Tree))

@@ -259,7 +259,7 @@ impl KeyValue {
 type Overlay = BTreeMap<Vec<u8>, Option<Arc<[u8]>>>;
 
 /// A layer's item: a key and its value, `None` for a deletion.
-type LayerItem<'a> = (&'a [u8], Option<&'a Arc<[u8]>>);
+type LayerItem<'a> = (&'a [u8], Option<&'a [u8]>);
 /// A layer's scan, in key order.
 type LayerScan<'a> = Box<dyn Iterator<Item = LayerItem<'a>> + 'a>;
 
@@ -289,7 +289,7 @@ impl<'a> Iter<'a> {
         if let Some(o) = overlay {
             upper.push(Box::new(
                 o.range::<[u8], _>((as_ref(s), as_ref(e)))
-                    .map(|(k, v)| (k.as_slice(), v.as_ref())),
+                    .map(|(k, v)| (k.as_slice(), v.as_deref())),
             ));
         }
         for r in base.mem_ranges(as_ref(s), as_ref(e), at) {
@@ -384,7 +384,7 @@ impl Iterator for Iter<'_> {
                 }
             }
             if let Some(v) = value {
-                return Some(Ok(KeyValue(KvInner::Owned(key.to_vec(), Arc::clone(v)))));
+                return Some(Ok(KeyValue(KvInner::Owned(key.to_vec(), Arc::from(v)))));
             }
             // A deletion: skip.
         }

@@ -491,6 +491,14 @@ impl CommitHandle {
         Ok(self.lsn)
     }
 
+    /// Block until the record is durable, like [`CommitHandle::wait`],
+    /// keeping the handle (a later `wait` returns at once with the same
+    /// outcome). This thread may write the batch itself (as leader).
+    pub fn wait_durable(&self) -> Result<Lsn, JournalError> {
+        wait_batch(&self.shared, self.batch)?;
+        Ok(self.lsn)
+    }
+
     /// Start writing the record's batch now, without blocking: the
     /// journal's flusher thread writes it (sealing the open batch if the
     /// record is still in it), so that the caller can do other work — a

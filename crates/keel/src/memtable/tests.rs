@@ -85,7 +85,7 @@ proptest! {
             // Several changes share an LSN (one commit), or not.
             lsn += u64::from(next_lsn);
             let value = value.map(|b| vec![b; usize::from(b % 7)]);
-            mem.writer().insert(&key, lsn, value.as_deref().map(Arc::from));
+            mem.writer().insert(&key, lsn, value.as_deref());
             let versions = model.entry(key).or_default();
             // A commit's last change to a key is what it leaves.
             if versions.last().is_some_and(|(l, _)| *l == lsn) {
@@ -124,7 +124,7 @@ fn a_large_random_fill_keeps_order_and_every_key() {
         for _ in 0..50 {
             let key: [u8; 20] = rng.random();
             let key = &key[..rng.random_range(1..=20)];
-            w.insert(key, lsn, Some(Arc::from(&lsn.to_be_bytes()[..])));
+            w.insert(key, lsn, Some(&lsn.to_be_bytes()[..]));
             model.insert(key.to_vec(), lsn);
         }
     }
@@ -185,8 +185,7 @@ fn readers_see_every_published_key_while_the_writer_inserts() {
             })
             .collect();
         for i in 0..total {
-            mem.writer()
-                .insert(&key(i), i + 1, Some(Arc::from(&b"v"[..])));
+            mem.writer().insert(&key(i), i + 1, Some(&b"v"[..]));
             published.store(i + 1, Ordering::Release);
         }
         stop.store(true, Ordering::Release);
@@ -197,6 +196,70 @@ fn readers_see_every_published_key_while_the_writer_inserts() {
     assert_eq!(mem.len(), total);
 }
 
+/// Values larger than an arena chunk's share get chunks of their own, and
+/// read back whole beside small ones; versions of one key at the same LSN
+/// read as the last one inserted.
+#[test]
+fn large_values_and_same_lsn_versions_read_back() {
+    let mem = MemTable::new();
+    let big: Vec<u8> = (0..3 * super::CHUNK_BYTES / 2)
+        .map(|i| (i % 251) as u8)
+        .collect();
+    {
+        let mut w = mem.writer();
+        w.insert(b"a", 1, Some(&big));
+        w.insert(b"b", 1, Some(b"small"));
+        w.insert(b"b", 2, Some(&big[..super::BIG_BYTES + 1]));
+        w.insert(b"c", 3, Some(b"first"));
+        w.insert(b"c", 3, Some(b"second"));
+    }
+    assert_eq!(mem.get(b"a", 1), Some(Some(&big[..])));
+    assert_eq!(mem.get(b"b", 1), Some(Some(&b"small"[..])));
+    assert_eq!(mem.get(b"b", 2), Some(Some(&big[..super::BIG_BYTES + 1])));
+    assert_eq!(mem.get(b"c", 3), Some(Some(&b"second"[..])));
+    let keys: Vec<_> = mem_range(&mem, Bound::Unbounded, Bound::Unbounded, 3);
+    assert_eq!(keys.len(), 3);
+    assert_eq!(keys[2].1.as_deref(), Some(&b"second"[..]));
+}
+
+/// A memtable's chunks go back to its pool when it drops, up to what the
+/// pool keeps, and the next memtable takes them; `prepare` faults chunks
+/// in ahead, once at a time.
+#[test]
+fn chunks_go_back_to_the_pool_and_are_reused() {
+    let pool = super::ChunkPool::new(4 * super::CHUNK_BYTES as u64);
+    let fill = |mem: &MemTable, n: u64| {
+        let mut w = mem.writer();
+        for i in 0..n {
+            w.insert(&i.to_be_bytes(), 1, Some(&[7u8; 1000]));
+        }
+    };
+    let mem = MemTable::with_pool(Some(Arc::clone(&pool)));
+    fill(&mem, 3000); // ~3 MiB: 3 or 4 chunks
+    assert_eq!(pool.free_bytes(), 0);
+    drop(mem);
+    let kept = pool.free_bytes();
+    assert!(kept >= 3 * super::CHUNK_BYTES as u64, "kept {kept}");
+    assert!(kept <= 4 * super::CHUNK_BYTES as u64, "kept {kept}");
+    let mem = MemTable::with_pool(Some(Arc::clone(&pool)));
+    fill(&mem, 500);
+    assert_eq!(pool.free_bytes(), kept - super::CHUNK_BYTES as u64);
+    drop(mem);
+    assert!(pool.wants(8 * super::CHUNK_BYTES as u64) == (kept < 4 * super::CHUNK_BYTES as u64));
+    let pool = super::ChunkPool::new(4 * super::CHUNK_BYTES as u64);
+    assert!(pool.wants(2 * super::CHUNK_BYTES as u64));
+    assert!(
+        !pool.wants(2 * super::CHUNK_BYTES as u64),
+        "one prepare at a time"
+    );
+    assert_eq!(
+        pool.prepare(2 * super::CHUNK_BYTES as u64),
+        2 * super::CHUNK_BYTES as u64
+    );
+    assert!(!pool.wants(2 * super::CHUNK_BYTES as u64));
+    assert!(pool.wants(3 * super::CHUNK_BYTES as u64));
+}
+
 /// Insert time at a million keys, against the B+tree's copy-on-write
 /// apply of the same changes:
 /// `cargo test --release -p keel --lib memtable::tests::measure -- --ignored --nocapture`
@@ -204,7 +267,7 @@ fn readers_see_every_published_key_while_the_writer_inserts() {
 #[ignore]
 fn measure_inserts_at_a_million_keys() {
     let mut rng = rand::rngs::SmallRng::seed_from_u64(1);
-    let value: Arc<[u8]> = Arc::from(vec![7u8; 100]);
+    let value = vec![7u8; 100];
     let mem = MemTable::new();
     let mut lsn = 0;
     let mut batch = |n: usize, rng: &mut rand::rngs::SmallRng| {
@@ -216,7 +279,7 @@ fn measure_inserts_at_a_million_keys() {
                 let mut key = [0u8; 20];
                 key[3] = 1;
                 rng.fill(&mut key[4..]);
-                w.insert(&key, lsn, Some(Arc::clone(&value)));
+                w.insert(&key, lsn, Some(&value));
             }
         }
         t.elapsed().as_nanos() as f64 / n as f64
