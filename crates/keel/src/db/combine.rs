@@ -91,6 +91,9 @@ enum Member {
     Empty,
     /// Submitted: its changes, its LSN, not yet in the memtable.
     Submitted(Active, Lsn),
+    /// Submitted straight from its puts (`Blind::encode_direct`): the
+    /// puts, its tables' ids, its record's bytes and its LSN.
+    Direct(Blind, Vec<u32>, usize, Lsn),
     Applied,
 }
 
@@ -255,36 +258,60 @@ impl Shared {
                     .push(Member::Settled(Err(DbError::Poisoned(Arc::clone(why)))));
                 continue;
             }
-            let view = WriterState::new(Arc::clone(&w.base), g.last_lsn);
-            let replayed = Active::replay(Arc::clone(self), view, false, &blind.tables, blind.puts);
-            let a = match replayed {
-                Ok(a) => a,
+            let (member, submitted) = match blind.encode_direct(self, &w.base, &mut record_buf) {
                 Err(e) => {
                     g.members.push(Member::Settled(Err(e)));
                     continue;
                 }
-            };
-            let ops = a.ops();
-            if ops.is_empty() {
-                g.members.push(Member::Empty);
-                continue;
-            }
-            let rec = match a.record(&ops, std::mem::take(&mut record_buf)) {
-                Ok(rec) => rec,
-                Err(e) => {
-                    g.members.push(Member::Settled(Err(e)));
-                    continue;
+                Ok(Some(ids)) => {
+                    ops_submitted += blind.puts.len();
+                    let bytes = record_buf.len();
+                    let submitted = self.journal.submit_parts(&[&record_buf]);
+                    (Member::Direct(blind, ids, bytes, 0), submitted)
+                }
+                Ok(None) => {
+                    let view = WriterState::new(Arc::clone(&w.base), g.last_lsn);
+                    let replayed =
+                        Active::replay(Arc::clone(self), view, false, &blind.tables, blind.puts);
+                    let a = match replayed {
+                        Ok(a) => a,
+                        Err(e) => {
+                            g.members.push(Member::Settled(Err(e)));
+                            continue;
+                        }
+                    };
+                    let ops = a.ops();
+                    if ops.is_empty() {
+                        g.members.push(Member::Empty);
+                        continue;
+                    }
+                    let rec = match a.record(&ops, std::mem::take(&mut record_buf)) {
+                        Ok(rec) => rec,
+                        Err(e) => {
+                            g.members.push(Member::Settled(Err(e)));
+                            continue;
+                        }
+                    };
+                    ops_submitted += ops.len();
+                    drop(ops);
+                    let submitted = self.journal.submit_parts(&rec.parts());
+                    record_buf = rec.into_buf();
+                    (Member::Submitted(a, 0), submitted)
                 }
             };
-            ops_submitted += ops.len();
-            drop(ops);
-            let submitted = self.journal.submit_parts(&rec.parts());
-            record_buf = rec.into_buf();
             match submitted {
                 Ok(h) => {
                     g.last_lsn = h.lsn();
-                    catalog_changed = a.changes_catalog();
-                    g.members.push(Member::Submitted(a, g.last_lsn));
+                    g.members.push(match member {
+                        Member::Submitted(a, _) => {
+                            catalog_changed = a.changes_catalog();
+                            Member::Submitted(a, g.last_lsn)
+                        }
+                        Member::Direct(b, ids, bytes, _) => {
+                            Member::Direct(b, ids, bytes, g.last_lsn)
+                        }
+                        _ => unreachable!("a submitted member"),
+                    });
                     g.last = Some(h);
                 }
                 Err(e) => {
@@ -370,14 +397,20 @@ impl Shared {
     /// order, each under its LSN.
     fn apply_members(&self, w: &WriterState, members: &mut [Member]) {
         for m in members.iter_mut() {
-            if !matches!(m, Member::Submitted(..)) {
+            if !matches!(m, Member::Submitted(..) | Member::Direct(..)) {
                 continue;
             }
-            let Member::Submitted(a, lsn) = std::mem::replace(m, Member::Applied) else {
-                unreachable!("checked")
-            };
-            w.base.active.apply(&a.ops(), lsn);
-            self.applied(&w.base, a.size());
+            match std::mem::replace(m, Member::Applied) {
+                Member::Submitted(a, lsn) => {
+                    w.base.active.apply(&a.ops(), lsn);
+                    self.applied(&w.base, a.size());
+                }
+                Member::Direct(b, ids, bytes, lsn) => {
+                    b.apply_direct(&w.base.active, &ids, lsn);
+                    self.applied(&w.base, bytes);
+                }
+                _ => unreachable!("checked"),
+            }
         }
     }
 

@@ -21,7 +21,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use super::error::{DbError, Result};
-use super::layers::{Base, Found};
+use super::layers::{Base, Found, Layer};
 use super::record::{self, Op, DELETE_FIXED_BYTES, DROP_BYTES, PUT_FIXED_BYTES, RECORD_TXN};
 use super::store::{Shared, WriterState, KEEP_RECORD_BUF_BYTES};
 use super::Durability;
@@ -562,6 +562,68 @@ impl Blind {
     pub(crate) fn is_empty(&self) -> bool {
         self.tables.is_empty() && self.puts.is_empty()
     }
+
+    /// Encode the record straight from the puts, in the order they were
+    /// made, into `buf`, and return the tables' ids — when every table
+    /// exists in `base` (as the writer sees it), no value is large enough
+    /// to be gathered at submit instead of copied, and the record fits
+    /// (its bound does). Else `None`: replay it (`Active::replay`).
+    ///
+    /// Why: a blind transaction of 100 puts spent ~15 µs in its replay
+    /// (a sorted overlay of freshly allocated full keys), before its
+    /// record's write could start. A key put twice is in the record twice;
+    /// replaying it and inserting it into the memtable in order leave the
+    /// later value, as the overlay does.
+    pub(crate) fn encode_direct(
+        &self,
+        shared: &Shared,
+        base: &Base,
+        buf: &mut Vec<u8>,
+    ) -> Result<Option<Vec<u32>>> {
+        if self.puts.is_empty()
+            || self.bound > shared.journal.options().max_record_bytes()
+            || self
+                .puts
+                .iter()
+                .any(|(_, _, v)| v.len() >= GATHER_VALUE_BYTES)
+        {
+            return Ok(None);
+        }
+        let mut ids = Vec::with_capacity(self.tables.len());
+        for name in &self.tables {
+            match base.get(&shared.cache, &full_key(CATALOG, name.as_bytes()), Lsn::MAX)? {
+                Some(found) => ids.push(decode_id(&shared.path, &Value::found(found))?),
+                None => return Ok(None),
+            }
+        }
+        buf.clear();
+        buf.reserve(self.bound);
+        buf.push(RECORD_TXN);
+        let mut key = Vec::with_capacity(64);
+        for (slot, k, v) in &self.puts {
+            set_full_key(&mut key, ids[*slot], k);
+            record::push(buf, Op::Put(&key, v));
+        }
+        Ok(Some(ids))
+    }
+
+    /// Insert the puts into `layer` under `lsn`, in order (after
+    /// [`Blind::encode_direct`] gave `ids`).
+    pub(crate) fn apply_direct(&self, layer: &Layer, ids: &[u32], lsn: Lsn) {
+        let mut w = layer.mem.writer();
+        let mut key = Vec::with_capacity(64);
+        for (slot, k, v) in &self.puts {
+            set_full_key(&mut key, ids[*slot], k);
+            w.insert(&key, lsn, Some(v));
+        }
+    }
+}
+
+/// `out` = the full key of `key` in table `id`.
+fn set_full_key(out: &mut Vec<u8>, id: u32, key: &[u8]) {
+    out.clear();
+    out.extend_from_slice(&id.to_be_bytes());
+    out.extend_from_slice(key);
 }
 
 /// The catalog entries creating table `name` adds to a record: the next
