@@ -267,11 +267,14 @@ impl Drop for Arena {
 
 /// One version of a key: its value, or none for a deletion. In the arena,
 /// followed by the value's bytes.
-#[repr(C)]
 struct Version {
     lsn: Lsn,
     /// The version before this one (older LSN), or null. Never changes.
     older: *const Version,
+    /// The value's bytes (right after this header, in the same arena
+    /// piece; a pointer of their own, derived from the arena's, so that
+    /// reading them does not go through a reference to the header).
+    value: *const u8,
     /// The value's length, or `usize::MAX` for a deletion.
     len: usize,
 }
@@ -281,27 +284,26 @@ impl Version {
         if self.len == usize::MAX {
             return None;
         }
-        // SAFETY: `Arena`-allocated with `len` value bytes right after the
-        // header, written before the version was published and never
-        // changed; the arena lives as long as the memtable `self` is in.
-        Some(unsafe {
-            std::slice::from_raw_parts(ptr::from_ref(self).add(1).cast::<u8>(), self.len)
-        })
+        // SAFETY: `value` points to `len` bytes of the arena, written
+        // before the version was published and never changed; the arena
+        // lives as long as the memtable `self` is in.
+        Some(unsafe { std::slice::from_raw_parts(self.value, self.len) })
     }
 }
 
 /// A key and its versions, newest first. In the arena, followed by the
 /// key's bytes.
-#[repr(C)]
 struct Entry {
     newest: AtomicPtr<Version>,
+    /// The key's bytes (as `Version::value`).
+    key: *const u8,
     key_len: usize,
 }
 
 impl Entry {
     fn key(&self) -> &[u8] {
         // SAFETY: as in `Version::value`, for the key's bytes.
-        unsafe { std::slice::from_raw_parts(ptr::from_ref(self).add(1).cast::<u8>(), self.key_len) }
+        unsafe { std::slice::from_raw_parts(self.key, self.key_len) }
     }
 
     /// The newest version at or below `at`.
@@ -803,14 +805,16 @@ impl MemWriter<'_> {
         // SAFETY: the arena gave `size_of::<Version>() + len` bytes,
         // 8-aligned (Version's alignment), that nothing else uses.
         unsafe {
+            let bytes = p.as_ptr().add(1).cast::<u8>();
+            if let Some(v) = value {
+                ptr::copy_nonoverlapping(v.as_ptr(), bytes, len);
+            }
             p.as_ptr().write(Version {
                 lsn,
                 older,
+                value: bytes,
                 len: value.map_or(usize::MAX, <[u8]>::len),
             });
-            if let Some(v) = value {
-                ptr::copy_nonoverlapping(v.as_ptr(), p.as_ptr().add(1).cast::<u8>(), len);
-            }
         }
         p.as_ptr().cast_const()
     }
@@ -823,11 +827,13 @@ impl MemWriter<'_> {
             .cast::<Entry>();
         // SAFETY: as in `version`, for an entry and its key.
         unsafe {
+            let bytes = p.as_ptr().add(1).cast::<u8>();
+            ptr::copy_nonoverlapping(key.as_ptr(), bytes, key.len());
             p.as_ptr().write(Entry {
                 newest: AtomicPtr::new(first.cast_mut()),
+                key: bytes,
                 key_len: key.len(),
             });
-            ptr::copy_nonoverlapping(key.as_ptr(), p.as_ptr().add(1).cast::<u8>(), key.len());
         }
         p.as_ptr().cast_const()
     }
