@@ -488,8 +488,7 @@ impl Node {
                 CmpOrdering::Equal => return Some(mid),
             }
         }
-        (self.sorted..len)
-            .find(|&i| self.head(i) == probe.head && probe.cmp(probe.head, self.entry(i)).is_eq())
+        (self.sorted..len).find(|&i| probe.cmp(self.head(i), self.entry(i)).is_eq())
     }
 
     /// Leaf: its first `len` slots in key order.

@@ -37,7 +37,7 @@ use super::error::{DbError, Result};
 use super::store::{lock, Shared, WriterState, START_MIN_OPS};
 use super::txn::{Active, Blind};
 use super::Durability;
-use crate::journal::{CommitHandle, Lsn};
+use crate::journal::{CommitHandle, JournalError, Lsn};
 
 /// The writer slot: the writer's state while no one holds it, and the
 /// blind transactions waiting to be committed.
@@ -90,11 +90,32 @@ enum Member {
     /// Nothing to write; with `Immediate`, waits for the group.
     Empty,
     /// Submitted: its changes, its LSN, not yet in the memtable.
-    Submitted(Active, Lsn),
-    /// Submitted straight from its puts (`Blind::encode_direct`): the
-    /// puts, its tables' ids, its record's bytes and its LSN.
-    Direct(Blind, Vec<u32>, usize, Lsn),
+    Submitted(Prepared, Lsn),
     Applied,
+}
+
+/// A transaction's changes, as its record was made.
+enum Prepared {
+    /// Replayed over the writer's state (`Active::replay`).
+    Replayed(Active),
+    /// Straight from its puts (`Blind::encode_direct`): the puts, its
+    /// tables' ids, its record's bytes.
+    Direct(Blind, Vec<u32>, usize),
+}
+
+impl Prepared {
+    /// Changes in the record.
+    fn changes(&self) -> usize {
+        match self {
+            Prepared::Replayed(a) => a.changes(),
+            Prepared::Direct(b, ..) => b.puts.len(),
+        }
+    }
+
+    /// Whether it creates or drops a table.
+    fn changes_catalog(&self) -> bool {
+        matches!(self, Prepared::Replayed(a) if a.changes_catalog())
+    }
 }
 
 impl Shared {
@@ -258,60 +279,23 @@ impl Shared {
                     .push(Member::Settled(Err(DbError::Poisoned(Arc::clone(why)))));
                 continue;
             }
-            let (member, submitted) = match blind.encode_direct(self, &w.base, &mut record_buf) {
+            let (prepared, submitted) = match self.prepare(w, g.last_lsn, blind, &mut record_buf) {
                 Err(e) => {
                     g.members.push(Member::Settled(Err(e)));
                     continue;
                 }
-                Ok(Some(ids)) => {
-                    ops_submitted += blind.puts.len();
-                    let bytes = record_buf.len();
-                    let submitted = self.journal.submit_parts(&[&record_buf]);
-                    (Member::Direct(blind, ids, bytes, 0), submitted)
-                }
                 Ok(None) => {
-                    let view = WriterState::new(Arc::clone(&w.base), g.last_lsn);
-                    let replayed =
-                        Active::replay(Arc::clone(self), view, false, &blind.tables, blind.puts);
-                    let a = match replayed {
-                        Ok(a) => a,
-                        Err(e) => {
-                            g.members.push(Member::Settled(Err(e)));
-                            continue;
-                        }
-                    };
-                    let ops = a.ops();
-                    if ops.is_empty() {
-                        g.members.push(Member::Empty);
-                        continue;
-                    }
-                    let rec = match a.record(&ops, std::mem::take(&mut record_buf)) {
-                        Ok(rec) => rec,
-                        Err(e) => {
-                            g.members.push(Member::Settled(Err(e)));
-                            continue;
-                        }
-                    };
-                    ops_submitted += ops.len();
-                    drop(ops);
-                    let submitted = self.journal.submit_parts(&rec.parts());
-                    record_buf = rec.into_buf();
-                    (Member::Submitted(a, 0), submitted)
+                    g.members.push(Member::Empty);
+                    continue;
                 }
+                Ok(Some(p)) => p,
             };
             match submitted {
                 Ok(h) => {
                     g.last_lsn = h.lsn();
-                    g.members.push(match member {
-                        Member::Submitted(a, _) => {
-                            catalog_changed = a.changes_catalog();
-                            Member::Submitted(a, g.last_lsn)
-                        }
-                        Member::Direct(b, ids, bytes, _) => {
-                            Member::Direct(b, ids, bytes, g.last_lsn)
-                        }
-                        _ => unreachable!("a submitted member"),
-                    });
+                    ops_submitted += prepared.changes();
+                    catalog_changed = prepared.changes_catalog();
+                    g.members.push(Member::Submitted(prepared, g.last_lsn));
                     g.last = Some(h);
                 }
                 Err(e) => {
@@ -344,6 +328,35 @@ impl Shared {
             .grouped_commits
             .fetch_add(submitted, Ordering::Relaxed);
         g
+    }
+
+    /// Encode one blind transaction's record into `record_buf` (straight
+    /// from its puts, or by replaying them over the state after
+    /// `last_lsn`) and submit it: its changes and the journal's answer,
+    /// or `None` when it has nothing to write.
+    fn prepare(
+        self: &Arc<Self>,
+        w: &WriterState,
+        last_lsn: Lsn,
+        blind: Blind,
+        record_buf: &mut Vec<u8>,
+    ) -> Result<Option<(Prepared, std::result::Result<CommitHandle, JournalError>)>> {
+        if let Some(ids) = blind.encode_direct(self, &w.base, record_buf)? {
+            let bytes = record_buf.len();
+            let submitted = self.journal.submit_parts(&[record_buf]);
+            return Ok(Some((Prepared::Direct(blind, ids, bytes), submitted)));
+        }
+        let view = WriterState::new(Arc::clone(&w.base), last_lsn);
+        let a = Active::replay(Arc::clone(self), view, false, &blind.tables, blind.puts)?;
+        let ops = a.ops();
+        if ops.is_empty() {
+            return Ok(None);
+        }
+        let rec = a.record(&ops, std::mem::take(record_buf))?;
+        let submitted = self.journal.submit_parts(&rec.parts());
+        *record_buf = rec.into_buf();
+        drop(ops);
+        Ok(Some((Prepared::Replayed(a), submitted)))
     }
 
     /// Get the group's records written and its changes applied, overlapped
@@ -397,19 +410,21 @@ impl Shared {
     /// order, each under its LSN.
     fn apply_members(&self, w: &WriterState, members: &mut [Member]) {
         for m in members.iter_mut() {
-            if !matches!(m, Member::Submitted(..) | Member::Direct(..)) {
+            if !matches!(m, Member::Submitted(..)) {
                 continue;
             }
-            match std::mem::replace(m, Member::Applied) {
-                Member::Submitted(a, lsn) => {
+            let Member::Submitted(p, lsn) = std::mem::replace(m, Member::Applied) else {
+                unreachable!("checked")
+            };
+            match p {
+                Prepared::Replayed(a) => {
                     w.base.active.apply(&a.ops(), lsn);
                     self.applied(&w.base, a.size());
                 }
-                Member::Direct(b, ids, bytes, lsn) => {
+                Prepared::Direct(b, ids, bytes) => {
                     b.apply_direct(&w.base.active, &ids, lsn);
                     self.applied(&w.base, bytes);
                 }
-                _ => unreachable!("checked"),
             }
         }
     }

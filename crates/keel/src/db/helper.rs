@@ -205,14 +205,9 @@ impl Helper {
 
 impl Fork for Helper {
     fn fork(&self, work: &(dyn Fn() + Sync)) {
-        if !self.post(work) {
+        if !self.try_fork(work) {
             work();
-            return;
         }
-        let retract = Retract { inner: &self.inner };
-        work();
-        drop(retract);
-        self.rethrow();
     }
 }
 

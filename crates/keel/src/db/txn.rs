@@ -39,8 +39,7 @@ pub(crate) fn max_key_bytes(s: &Shared) -> usize {
 
 fn full_key(id: u32, key: &[u8]) -> Vec<u8> {
     let mut k = Vec::with_capacity(PREFIX + key.len());
-    k.extend_from_slice(&id.to_be_bytes());
-    k.extend_from_slice(key);
+    set_full_key(&mut k, id, key);
     k
 }
 
@@ -884,6 +883,11 @@ impl Active {
     }
 
     /// The changes, in the order the record lists them.
+    /// The number of changes in [`Active::ops`].
+    pub(crate) fn changes(&self) -> usize {
+        self.dropped.len() + self.overlay.len()
+    }
+
     pub(crate) fn ops(&self) -> Vec<Op<'_>> {
         let mut ops = Vec::with_capacity(self.dropped.len() + self.overlay.len());
         ops.extend(self.dropped.iter().map(|&id| Op::DropTable(id)));
