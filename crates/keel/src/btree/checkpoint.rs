@@ -14,7 +14,7 @@ use std::sync::Arc;
 use super::leaf::{OverflowValue, ValueRef};
 use super::limits::FIRST_TREE_PAGE;
 use super::node::{Body, Node};
-use super::page::{decode_node, encode_node, encode_overflow, page_crc};
+use super::page::{decode_node, encode_node_into, encode_overflow_into};
 use super::{BtreeError, Location, PageNo, PageSize, Tree};
 
 /// What [`assign_pages`] produced.
@@ -140,29 +140,70 @@ impl Placer<'_> {
     }
 }
 
+/// Where [`Plan::encode_with`] hands each page: its number and bytes.
+pub type PageSink<'s, E> = dyn FnMut(PageNo, &[u8]) -> Result<(), E> + 's;
+
+/// What [`Plan::encode_with`] placed, besides the pages it handed out.
+#[derive(Debug, Default)]
+pub struct Placed {
+    /// The root's place (`None`: the tree is empty).
+    pub root: Option<Location>,
+    /// The nodes just placed, for the caller's page cache once the pages
+    /// are durable.
+    pub nodes: Vec<(Location, Arc<Node>)>,
+    /// Pages handed to the sink.
+    pub pages: u64,
+}
+
 impl Plan {
     /// Encode every page reserved, in post-order, setting each node's and
-    /// each value's location. Writers may run meanwhile.
+    /// each value's location. Writers may run meanwhile. Holds every page
+    /// in memory at once: [`Plan::encode_with`] hands them out one by one.
     pub fn encode(self) -> Checkpoint {
+        let mut pages = Vec::new();
+        let placed = self
+            .encode_with(&mut |page, bytes| {
+                pages.push((page, bytes.to_vec()));
+                Ok::<(), std::convert::Infallible>(())
+            })
+            .unwrap_or_else(|never| match never {});
+        pages.sort_unstable_by_key(|(page, _)| *page);
+        Checkpoint {
+            root: placed.root,
+            pages,
+            nodes: placed.nodes,
+        }
+    }
+
+    /// [`Plan::encode`], handing each page to `sink` as it is encoded
+    /// (page number, whole page; in no particular page order) instead of
+    /// keeping them: a checkpoint's memory is then one page, not all of
+    /// them. Stops at the sink's first error; the store is then poisoned
+    /// (some nodes already count as placed).
+    pub fn encode_with<E>(
+        self,
+        sink: &mut PageSink<'_, E>,
+    ) -> Result<Placed, E> {
         let ps = self.page_size;
-        let mut out = Checkpoint::default();
+        let mut buf = vec![0u8; ps.bytes()];
+        let mut out = Placed::default();
         for item in &self.items {
             match item {
-                Item::Overflow(value) => encode_value(value, ps, &mut out.pages),
+                Item::Overflow(value) => {
+                    out.pages += encode_value(value, ps, &mut buf, sink)?;
+                }
                 Item::Node(node) => {
                     let page = node.page().expect("a reserved node");
-                    let bytes = encode_node(node, page, ps);
-                    let loc = Location {
-                        page,
-                        crc: page_crc(&bytes),
-                    };
+                    let crc = encode_node_into(node, page, &mut buf);
+                    let loc = Location { page, crc };
                     // The page must read back as the node it was made from.
                     debug_assert!(
-                        decode_node(&bytes, ps, loc).is_ok_and(|back| same_content(node, &back)),
+                        decode_node(&buf, ps, loc).is_ok_and(|back| same_content(node, &back)),
                         "page {page} does not decode to the node it encodes"
                     );
+                    sink(page, &buf)?;
+                    out.pages += 1;
                     node.set_location(loc);
-                    out.pages.push((page, bytes));
                     out.nodes.push((loc, Arc::clone(node)));
                 }
             }
@@ -171,14 +212,18 @@ impl Plan {
             .root
             .as_ref()
             .map(|r| r.location().expect("the root is placed"));
-        out.pages.sort_unstable_by_key(|(page, _)| *page);
-        out
+        Ok(out)
     }
 }
 
 /// Encode a value's chain last page first, so each page can hold the next
-/// one's checksum (the caller writes the pages in page order).
-fn encode_value(value: &OverflowValue, ps: PageSize, pages_out: &mut Vec<(PageNo, Vec<u8>)>) {
+/// one's checksum, handing each page to `sink`. Returns the pages encoded.
+fn encode_value<E>(
+    value: &OverflowValue,
+    ps: PageSize,
+    buf: &mut [u8],
+    sink: &mut PageSink<'_, E>,
+) -> Result<u64, E> {
     let bytes = value
         .bytes_in_memory()
         .expect("an overflow value not on disk is in memory");
@@ -187,14 +232,12 @@ fn encode_value(value: &OverflowValue, ps: PageSize, pages_out: &mut Vec<(PageNo
     assert_eq!(chunks.len(), pages.len());
     let mut next = None;
     for (&page, chunk) in pages.iter().zip(chunks).rev() {
-        let encoded = encode_overflow(page, next, chunk, ps);
-        next = Some(Location {
-            page,
-            crc: page_crc(&encoded),
-        });
-        pages_out.push((page, encoded));
+        let crc = encode_overflow_into(page, next, chunk, buf);
+        sink(page, buf)?;
+        next = Some(Location { page, crc });
     }
     value.set_location(next.expect("a value past the inline limit has pages"));
+    Ok(pages.len() as u64)
 }
 
 /// Whether two nodes hold the same entries or children.

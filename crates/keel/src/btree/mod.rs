@@ -38,7 +38,7 @@ pub use cache::{
     read_overflow_chain, CacheStats, NoPageSource, OverflowData, PageCache, PageSource,
 };
 pub use check::{check_tree, TreeStats};
-pub use checkpoint::{assign_pages, detach_clean, reserve_pages, Checkpoint, Plan};
+pub use checkpoint::{assign_pages, detach_clean, reserve_pages, Checkpoint, Placed, Plan};
 pub use children::Child;
 pub use error::{BtreeError, PageError};
 pub use leaf::{Leaf, OverflowValue, ValueRef};
@@ -47,10 +47,11 @@ pub use limits::{
 };
 pub use node::{Body, Branch, Node};
 pub use page::{
-    decode_node, decode_overflow, decode_page, encode_node, encode_overflow, page_crc,
-    OverflowPage, Page, BRANCH_CELL_FIXED_BYTES, LEAF_INLINE_CELL_FIXED_BYTES,
-    LEAF_OVERFLOW_CELL_FIXED_BYTES, OVERFLOW_HEADER_BYTES, PAGE_HEADER_BYTES, PAGE_TYPE_BRANCH,
-    PAGE_TYPE_FREELIST, PAGE_TYPE_LEAF, PAGE_TYPE_META, PAGE_TYPE_OVERFLOW,
+    decode_node, decode_overflow, decode_page, encode_node, encode_node_into, encode_overflow,
+    encode_overflow_into, page_crc, OverflowPage, Page, BRANCH_CELL_FIXED_BYTES,
+    LEAF_INLINE_CELL_FIXED_BYTES, LEAF_OVERFLOW_CELL_FIXED_BYTES, OVERFLOW_HEADER_BYTES,
+    PAGE_HEADER_BYTES, PAGE_TYPE_BRANCH, PAGE_TYPE_FREELIST, PAGE_TYPE_LEAF, PAGE_TYPE_META,
+    PAGE_TYPE_OVERFLOW,
 };
 pub use read::{Entry, Range};
 pub use tree::{Tree, TreeMut};

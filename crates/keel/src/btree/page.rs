@@ -100,22 +100,33 @@ pub fn page_crc(page: &[u8]) -> u32 {
 /// If the node does not fit a page or a child has no location: the tree
 /// never builds such a node, and it must not reach the disk.
 pub fn encode_node(node: &Node, page_no: PageNo, page_size: PageSize) -> Vec<u8> {
+    let mut page = vec![0u8; page_size.bytes()];
+    encode_node_into(node, page_no, &mut page);
+    page
+}
+
+/// [`encode_node`] into `page` (a whole page, of the tree's page size),
+/// overwriting every byte of it. Returns the page's checksum.
+///
+/// # Panics
+/// As [`encode_node`].
+pub fn encode_node_into(node: &Node, page_no: PageNo, page: &mut [u8]) -> u32 {
     let size = node.encoded_bytes();
     assert!(
-        size <= page_size.bytes(),
+        size <= page.len(),
         "a node of {size} bytes does not fit a {}-byte page",
-        page_size.bytes()
+        page.len()
     );
-    let mut page = vec![0u8; page_size.bytes()];
+    // Bytes no field covers read as zeros, whatever the buffer held.
+    page.fill(0);
     let (kind, end) = match node.body() {
-        Body::Leaf(l) => (PAGE_TYPE_LEAF, encode_leaf_cells(l, &mut page)),
-        Body::Branch(b) => (PAGE_TYPE_BRANCH, encode_branch_cells(b, &mut page)),
+        Body::Leaf(l) => (PAGE_TYPE_LEAF, encode_leaf_cells(l, page)),
+        Body::Branch(b) => (PAGE_TYPE_BRANCH, encode_branch_cells(b, page)),
     };
     assert_eq!(end, size, "tracked node size differs from its encoding");
     let count = u16::try_from(node.len()).expect("cell count fits a page");
-    put_header(&mut page, kind, node.level(), count, page_no);
-    seal(&mut page);
-    page
+    put_header(page, kind, node.level(), count, page_no);
+    seal(page)
 }
 
 fn encode_leaf_cells(leaf: &Leaf, page: &mut [u8]) -> usize {
@@ -173,17 +184,29 @@ pub fn encode_overflow(
     data: &[u8],
     page_size: PageSize,
 ) -> Vec<u8> {
-    assert!(!data.is_empty() && data.len() <= page_size.overflow_data_bytes());
     let mut page = vec![0u8; page_size.bytes()];
-    put_header(&mut page, PAGE_TYPE_OVERFLOW, 0, 0, page_no);
-    if let Some(n) = next {
-        put_u64(&mut page, O_NEXT_PAGE, n.page);
-        put_u32(&mut page, O_NEXT_CRC, n.crc);
-    }
-    put_u32(&mut page, O_DATA_LEN, data.len() as u32);
-    page[OVERFLOW_HEADER_BYTES..OVERFLOW_HEADER_BYTES + data.len()].copy_from_slice(data);
-    seal(&mut page);
+    encode_overflow_into(page_no, next, data, &mut page);
     page
+}
+
+/// [`encode_overflow`] into `page` (a whole page), overwriting every byte
+/// of it. Returns the page's checksum.
+pub fn encode_overflow_into(
+    page_no: PageNo,
+    next: Option<Location>,
+    data: &[u8],
+    page: &mut [u8],
+) -> u32 {
+    assert!(!data.is_empty() && OVERFLOW_HEADER_BYTES + data.len() <= page.len());
+    page.fill(0);
+    put_header(page, PAGE_TYPE_OVERFLOW, 0, 0, page_no);
+    if let Some(n) = next {
+        put_u64(page, O_NEXT_PAGE, n.page);
+        put_u32(page, O_NEXT_CRC, n.crc);
+    }
+    put_u32(page, O_DATA_LEN, data.len() as u32);
+    page[OVERFLOW_HEADER_BYTES..OVERFLOW_HEADER_BYTES + data.len()].copy_from_slice(data);
+    seal(page)
 }
 
 fn put_header(page: &mut [u8], kind: u8, level: u8, count: u16, page_no: PageNo) {
@@ -193,9 +216,10 @@ fn put_header(page: &mut [u8], kind: u8, level: u8, count: u16, page_no: PageNo)
     put_u64(page, H_PAGE_NO, page_no);
 }
 
-fn seal(page: &mut [u8]) {
+fn seal(page: &mut [u8]) -> u32 {
     let crc = page_crc(page);
     put_u32(page, H_CRC, crc);
+    crc
 }
 
 /// The header fields every page type shares, once the frame is checked.

@@ -36,6 +36,7 @@ pub mod fuzzing;
 mod helper;
 mod layers;
 pub mod meta;
+mod pagewrite;
 mod record;
 mod store;
 mod txn;

@@ -4,7 +4,6 @@
 //! the rules this file keeps; each is named where it is kept.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::io::IoSlice;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
@@ -16,12 +15,13 @@ use super::freelist;
 use super::helper::Helper;
 use super::layers::{Base, Layer};
 use super::meta::{self, Meta, MetaError, PageRef};
+use super::pagewrite::PageWriter;
 use super::record::{self, Op};
 use super::txn::Record;
 use super::{Durability, Options};
 use crate::btree::{
-    check_tree, detach_clean, reserve_pages, Fork, Location, PageCache, PageNo, PageSize, Tree,
-    TreeStats, FIRST_TREE_PAGE, MAX_PAGE_BYTES, MIN_PAGE_BYTES,
+    check_tree, detach_clean, reserve_pages, Fork, Location, PageCache, PageNo, PageSize, Placed,
+    Tree, TreeStats, FIRST_TREE_PAGE, MAX_PAGE_BYTES, MIN_PAGE_BYTES,
 };
 use crate::io::{self, LockGuard, OpenMode, OpenOptions, SyncKind, Vfs, VfsFile};
 use crate::journal::{CommitHandle, Journal, JournalOptions, Lsn, RecoveryMode};
@@ -201,6 +201,9 @@ pub(crate) struct Shared {
     pub options: Options,
     pub page_size: PageSize,
     pub data: Arc<dyn VfsFile>,
+    /// What checkpoints write pages through: the data file opened again
+    /// with `O_DIRECT` where it can be (see `pagewrite`), else `data`.
+    page_writes: Arc<dyn VfsFile>,
     pub cache: PageCache,
     pub journal: Journal,
     /// The writer's state, taken by a write transaction (or a checkpoint)
@@ -461,10 +464,12 @@ impl Shared {
             frozen: None,
             gen: 0,
         });
+        let page_writes = open_page_writes(vfs.as_ref(), &path, ps, &data);
         let shared = Shared {
             path: dir.to_path_buf(),
             page_size: ps,
             data,
+            page_writes,
             cache,
             journal,
             writer: Mutex::new(Slot::default()),
@@ -892,8 +897,7 @@ impl Shared {
         detach_clean(&tree);
         let c = &self.counters;
         c.checkpoints.fetch_add(1, Ordering::Relaxed);
-        c.checkpoint_pages
-            .fetch_add(cp.pages.len() as u64, Ordering::Relaxed);
+        c.checkpoint_pages.fetch_add(cp.pages, Ordering::Relaxed);
         c.checkpoint_us
             .fetch_add(started.elapsed().as_micros() as u64, Ordering::Relaxed);
         Ok(Some(lsn))
@@ -932,7 +936,7 @@ impl Shared {
         tree: &Tree,
         freed: Vec<PageNo>,
         lsn: Lsn,
-    ) -> Result<(Meta, Vec<PageNo>, u64, crate::btree::Checkpoint)> {
+    ) -> Result<(Meta, Vec<PageNo>, u64, Placed)> {
         let mut sp = lock(&self.space);
         let gen = sp.durable_gen + 1;
         // Pages of the older tree that the fold replaced: readers of an
@@ -976,14 +980,23 @@ impl Shared {
         listed.sort_unstable();
         let old_meta = sp.meta;
         drop(sp);
-        let mut cp = plan.encode();
+        // Pages, then sync, then the meta page, then sync: the meta never
+        // reaches the disk before the pages it refers to.
+        let mut out = PageWriter::new(self.page_writes.as_ref(), self.page_size.bytes());
+        let mut placed = plan.encode_with(&mut |page, bytes| out.push(page, bytes))?;
         let (list_writes, list_first) =
             freelist::encode_chain(self.page_size, &list_pages, &listed);
+        for (page, bytes) in &list_writes {
+            out.push(*page, bytes)?;
+        }
+        out.flush()?;
+        placed.pages = out.written;
+        self.data.sync(SyncKind::Data)?;
         let meta = Meta {
             page_size: self.page_size.bytes() as u32,
             generation: old_meta.generation + 1,
             checkpoint_lsn: lsn,
-            root: cp.root.map_or(PageRef::default(), |l| PageRef {
+            root: placed.root.map_or(PageRef::default(), |l| PageRef {
                 page: l.page,
                 crc: l.crc,
             }),
@@ -995,14 +1008,8 @@ impl Shared {
             free_pages: listed.len() as u64,
             journal_id: old_meta.journal_id,
         };
-        // Pages, then sync, then the meta page, then sync: the meta never
-        // reaches the disk before the pages it refers to.
-        self.write_pages(&cp.pages)?;
-        self.write_pages(&list_writes)?;
-        self.data.sync(SyncKind::Data)?;
         self.write_meta(&meta)?;
-        cp.pages.extend(list_writes);
-        Ok((meta, list_pages, gen, cp))
+        Ok((meta, list_pages, gen, placed))
     }
 
     /// Move pending pages to free where the rule allows: freed by a fold
@@ -1030,23 +1037,6 @@ impl Shared {
             }
         }
         sp.pending = keep;
-    }
-
-    /// Write whole pages, sorted by page number, a run of consecutive pages
-    /// per system call.
-    fn write_pages(&self, pages: &[(PageNo, Vec<u8>)]) -> Result<()> {
-        let ps = self.page_size.bytes() as u64;
-        let mut i = 0;
-        while i < pages.len() {
-            let mut j = i + 1;
-            while j < pages.len() && pages[j].0 == pages[j - 1].0 + 1 && j - i < 256 {
-                j += 1;
-            }
-            let bufs: Vec<IoSlice<'_>> = pages[i..j].iter().map(|(_, b)| IoSlice::new(b)).collect();
-            self.data.write_vectored_at(&bufs, pages[i].0 * ps)?;
-            i = j;
-        }
-        Ok(())
     }
 
     fn write_meta(&self, meta: &Meta) -> Result<()> {
@@ -1139,6 +1129,29 @@ impl Shared {
 }
 
 /// Read the free-list chain of `meta`: its pages, and the pages it lists.
+/// The data file opened again with `O_DIRECT`, for checkpoints' page
+/// writes (see `pagewrite`), when pages are whole blocks of the device
+/// and the file system takes direct I/O; else the buffered descriptor
+/// (tmpfs, for one, refuses `O_DIRECT`). Both name one file: a sync
+/// through either covers writes through both, and the kernel keeps
+/// buffered reads coherent with direct writes.
+fn open_page_writes(
+    vfs: &dyn Vfs,
+    path: &Path,
+    ps: PageSize,
+    data: &Arc<dyn VfsFile>,
+) -> Arc<dyn VfsFile> {
+    let aligned = vfs
+        .block_size(path)
+        .is_ok_and(|b| b > 0 && ps.bytes() % b == 0);
+    if aligned {
+        if let Ok(f) = vfs.open(path, OpenOptions::new(OpenMode::Direct)) {
+            return f;
+        }
+    }
+    Arc::clone(data)
+}
+
 fn read_freelist(
     data: &dyn VfsFile,
     ps: PageSize,
