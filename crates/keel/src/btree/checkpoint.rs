@@ -180,10 +180,7 @@ impl Plan {
     /// keeping them: a checkpoint's memory is then one page, not all of
     /// them. Stops at the sink's first error; the store is then poisoned
     /// (some nodes already count as placed).
-    pub fn encode_with<E>(
-        self,
-        sink: &mut PageSink<'_, E>,
-    ) -> Result<Placed, E> {
+    pub fn encode_with<E>(self, sink: &mut PageSink<'_, E>) -> Result<Placed, E> {
         let ps = self.page_size;
         let mut buf = vec![0u8; ps.bytes()];
         let mut out = Placed::default();
