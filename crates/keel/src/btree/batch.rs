@@ -33,6 +33,11 @@ use super::{BtreeError, Location, PageNo, PageSize};
 /// changes' worth.
 pub const FORK_MIN_CHANGES: usize = 32;
 
+/// Changes from which [`TreeMut::apply`], on one thread, shares a batch out
+/// down the tree ([`Writer::apply_grouped`]) instead of applying each from
+/// the root.
+pub const GROUP_MIN_CHANGES: usize = 32;
+
 /// One change for [`TreeMut::apply`].
 #[derive(Debug, Clone, Copy)]
 pub enum Change<'a> {
@@ -166,6 +171,69 @@ impl Batch<'_, '_> {
     }
 }
 
+impl Writer<'_> {
+    /// Apply `changes[i]` for each `i` of `picked` (in that order) under
+    /// `node`, which this writer owns: at a leaf one after the other; at
+    /// a branch shared out among its children by key, each child taken
+    /// once, given all of its changes, and then brought within a page.
+    ///
+    /// The same result as applying them one by one from the top, but each
+    /// node on the way is reached (and copied) once per batch rather than
+    /// once per change, and a child is split once, into as many pieces as
+    /// it needs: a checkpoint's fold of sorted changes spent most of its
+    /// time descending from the root for every key.
+    ///
+    /// The children are fixed from the last to the first, as in
+    /// [`TreeMut::apply`] on several threads: fixing child `i` (split,
+    /// removed, or merged with a sibling) leaves the positions of the
+    /// children before it as they were, and those are the ones still to
+    /// fix (a last child merges with the one before it, which is fixed
+    /// already or unchanged).
+    pub(crate) fn apply_grouped(
+        &mut self,
+        node: &mut Node,
+        changes: &[Change<'_>],
+        picked: &[u32],
+    ) -> Result<(), BtreeError> {
+        let page_size = self.page_size;
+        let Body::Branch(b) = node.body_mut() else {
+            for &c in picked {
+                match changes[c as usize] {
+                    Change::Put { key, value, shared } => {
+                        with_value(page_size, value, shared, |v| self.insert(node, key, v))?;
+                    }
+                    Change::Remove(key) => self.remove(node, key)?,
+                }
+            }
+            return Ok(());
+        };
+        // By child, each child's changes in their order (a stable sort).
+        let mut order: Vec<(u32, u32)> = picked
+            .iter()
+            .map(|&c| (b.child_index(changes[c as usize].key()) as u32, c))
+            .collect();
+        order.sort_by_key(|&(child, _)| child);
+        let mut changed = Vec::new();
+        let mut start = 0;
+        while start < order.len() {
+            let child = order[start].0;
+            let end = start + order[start..].partition_point(|&(c, _)| c == child);
+            let group: Vec<u32> = order[start..end].iter().map(|&(_, c)| c).collect();
+            let node = self.child_mut(b, child as usize)?;
+            self.apply_grouped(node, changes, &group)?;
+            changed.push(child as usize);
+            start = end;
+        }
+        // Every child has all its changes before any is fixed: fixing one
+        // may merge it with a sibling, and then split the two again at
+        // another key than their separator.
+        for &i in changed.iter().rev() {
+            self.fix_child(b, i)?;
+        }
+        Ok(())
+    }
+}
+
 /// Call `f` with `value` as the tree stores it: inline, or as an overflow
 /// value (the caller's shared bytes kept as they are).
 pub(crate) fn with_value<R>(
@@ -207,6 +275,9 @@ impl TreeMut {
         let root_is_branch = self.root().is_some_and(|r| r.as_branch().is_some());
         match fork {
             Some(fork) if root_is_branch => self.apply_forked(src, changes, fork),
+            None if root_is_branch && changes.len() >= GROUP_MIN_CHANGES => {
+                self.apply_grouped(src, changes)
+            }
             _ => {
                 for c in changes {
                     match *c {
@@ -221,6 +292,29 @@ impl TreeMut {
                 Ok(())
             }
         }
+    }
+
+    /// [`TreeMut::apply`] on this thread, with a branch at the root: the
+    /// changes are shared out among the root's children, and each
+    /// child's among its own, down to the leaves (see
+    /// [`Writer::apply_grouped`]).
+    fn apply_grouped(
+        &mut self,
+        src: &dyn PageSource,
+        changes: &[Change<'_>],
+    ) -> Result<(), BtreeError> {
+        let page_size = self.page_size();
+        let (root, freed, created) = self.parts_mut();
+        let mut w = Writer {
+            src,
+            page_size,
+            freed,
+            created,
+        };
+        let node = w.make_mut(root.as_mut().expect("checked: a branch"));
+        let all: Vec<u32> = (0..changes.len() as u32).collect();
+        w.apply_grouped(node, changes, &all)?;
+        w.fix_root(root)
     }
 
     fn apply_forked(

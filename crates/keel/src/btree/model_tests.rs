@@ -46,9 +46,11 @@ enum Op {
         key: u16,
     },
     /// Puts (`Some(len)`) and removes (`None`), applied at once on two
-    /// threads; a key may appear more than once.
+    /// threads, or on one (shared out down the tree); a key may appear
+    /// more than once.
     Batch {
         changes: Vec<(u16, Option<usize>)>,
+        one_thread: bool,
     },
     Snapshot,
     DropSnapshot,
@@ -74,11 +76,14 @@ fn op() -> impl Strategy<Value = Op> {
             .prop_map(|(lo, w, inclusive)| Op::RemoveRange { lo, hi: lo.saturating_add(w), inclusive }),
         5 => (0..KEYS, 0..KEYS).prop_map(|(lo, hi)| Op::Scan { lo, hi }),
         5 => (0..KEYS).prop_map(|key| Op::Get { key }),
-        4 => proptest::collection::vec(
-                (0..KEYS, proptest::option::weighted(0.7, value_len())),
-                0..120,
+        4 => (
+                proptest::collection::vec(
+                    (0..KEYS, proptest::option::weighted(0.7, value_len())),
+                    0..120,
+                ),
+                any::<bool>(),
             )
-            .prop_map(|changes| Op::Batch { changes }),
+            .prop_map(|(changes, one_thread)| Op::Batch { changes, one_thread }),
         2 => Just(Op::Snapshot),
         2 => Just(Op::DropSnapshot),
         3 => any::<bool>().prop_map(|reopen| Op::Checkpoint { reopen }),
@@ -172,7 +177,10 @@ impl Run {
                 let got = self.tm.get(src, &k).unwrap();
                 assert_eq!(got.map(|e| e.value().to_vec()), self.model.get(&k).cloned());
             }
-            Op::Batch { ref changes } => self.batch(changes),
+            Op::Batch {
+                ref changes,
+                one_thread,
+            } => self.batch(changes, one_thread),
             Op::Snapshot => {
                 if self.snapshots.len() < 3 {
                     self.snapshots
@@ -189,7 +197,7 @@ impl Run {
         }
     }
 
-    fn batch(&mut self, changes: &[(u16, Option<usize>)]) {
+    fn batch(&mut self, changes: &[(u16, Option<usize>)], one_thread: bool) {
         let owned: Vec<(Vec<u8>, Option<Vec<u8>>)> = changes
             .iter()
             .enumerate()
@@ -219,9 +227,8 @@ impl Run {
                 None => Change::Remove(k),
             })
             .collect();
-        self.tm
-            .apply(&self.disk.cache, &batch, Some(&TwoThreads))
-            .unwrap();
+        let fork: Option<&dyn Fork> = (!one_thread).then_some(&TwoThreads);
+        self.tm.apply(&self.disk.cache, &batch, fork).unwrap();
         for (k, v) in owned {
             match v {
                 Some(v) => self.model.insert(k, v),
