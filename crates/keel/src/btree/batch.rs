@@ -181,7 +181,9 @@ impl Writer<'_> {
     /// node on the way is reached (and copied) once per batch rather than
     /// once per change, and a child is split once, into as many pieces as
     /// it needs: a checkpoint's fold of sorted changes spent most of its
-    /// time descending from the root for every key.
+    /// time descending from the root for every key. Unlike
+    /// [`TreeMut::remove`], a remove of an absent key still copies the
+    /// nodes on its way (they are rewritten at the next checkpoint).
     ///
     /// The children are fixed from the last to the first, as in
     /// [`TreeMut::apply`] on several threads: fixing child `i` (split,
