@@ -376,6 +376,8 @@ pub struct Outcome {
     pub latency: LatencyRecorder,
     pub context_switches: u64,
     pub cpu_us: f64,
+    /// The machine's steal time during the timed region (see `steal_ms`).
+    pub steal_ms: Option<f64>,
     pub info: serde_json::Value,
 }
 
@@ -402,6 +404,7 @@ impl Outcome {
         info["context_switches_per_commit"] = json!(round(self.cs_per_commit(), 3));
         info["cpu_us"] = json!(round(self.cpu_us, 0));
         info["cpu_us_per_commit"] = json!(round(self.cpu_us_per_commit(), 2));
+        info["steal_ms"] = json!(self.steal_ms.map(|ms| round(ms, 0)));
         json!({
             "commits_per_s": round(self.commits_per_s(), 1),
             "p50_us": round(s.p50_us, 1),
@@ -486,6 +489,22 @@ pub fn with_dir<T>(
             f(&d)
         }
     }
+}
+
+/// The machine's steal time so far, in ms (`/proc/stat`: time the
+/// hypervisor ran something else while a vCPU of this VM had work), or
+/// `None` where it is not reported. A benchmark that keeps both vCPUs busy
+/// loses more of it than one that sleeps on the disk, and it shows as
+/// commits stalled for milliseconds: a run's figure says how much the host
+/// took meanwhile (docs/bench-commit.md).
+pub(super) fn steal_ms() -> Option<f64> {
+    let stat = std::fs::read_to_string("/proc/stat").ok()?;
+    let cpu = stat.lines().find(|l| l.starts_with("cpu "))?;
+    // user nice system idle iowait irq softirq steal …
+    let ticks: u64 = cpu.split_whitespace().nth(8)?.parse().ok()?;
+    // SAFETY: sysconf reads a constant of the system.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    (hz > 0).then(|| ticks as f64 * 1e3 / hz as f64)
 }
 
 /// Process-wide context switches and CPU time (µs) so far.
@@ -834,6 +853,7 @@ pub(super) fn timed(spec: &Spec, pool: &ValuePool, c: &dyn Committer) -> anyhow:
     let failed = AtomicBool::new(false);
     let mut started = Instant::now();
     let mut usage0 = (0, 0.0);
+    let mut steal0 = None;
     let results: Vec<anyhow::Result<(u64, LatencyRecorder)>> = std::thread::scope(|s| {
         let handles: Vec<_> = (0..spec.threads)
             .map(|t| {
@@ -870,6 +890,7 @@ pub(super) fn timed(spec: &Spec, pool: &ValuePool, c: &dyn Committer) -> anyhow:
             .collect();
         barrier.wait();
         usage0 = rusage();
+        steal0 = steal_ms();
         started = Instant::now();
         if spec.count == 0 {
             run_for(started, spec.duration, &failed, &stop);
@@ -884,6 +905,7 @@ pub(super) fn timed(spec: &Spec, pool: &ValuePool, c: &dyn Committer) -> anyhow:
     });
     let elapsed = started.elapsed();
     let usage1 = rusage();
+    let steal = steal0.zip(steal_ms()).map(|(a, b)| b - a);
     let mut latency = LatencyRecorder::new();
     let mut commits = 0;
     for r in results {
@@ -897,6 +919,7 @@ pub(super) fn timed(spec: &Spec, pool: &ValuePool, c: &dyn Committer) -> anyhow:
         latency,
         context_switches: usage1.0 - usage0.0,
         cpu_us: usage1.1 - usage0.1,
+        steal_ms: steal,
         info: json!({}),
     })
 }

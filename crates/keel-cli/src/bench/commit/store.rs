@@ -42,8 +42,8 @@ use rand::Rng;
 use serde_json::json;
 
 use super::{
-    journal_bytes_to_prepare, round, rusage, settle, timed, Committer, Outcome, Spec, ValuePool,
-    Workload,
+    journal_bytes_to_prepare, round, rusage, settle, steal_ms, timed, Committer, Outcome, Spec,
+    ValuePool, Workload,
 };
 use crate::bench::report::{BenchTree, LatencyRecorder};
 use crate::util::{format_size, format_size_approx};
@@ -334,6 +334,7 @@ fn timed_reads(spec: &Spec, db: &Database, keys: &[[u8; 16]]) -> anyhow::Result<
     let failed = AtomicBool::new(false);
     let mut started = Instant::now();
     let mut usage0 = (0, 0.0);
+    let mut steal0 = None;
     type Reader = anyhow::Result<(u64, LatencyRecorder, u64)>;
     let results: Vec<Reader> = std::thread::scope(|s| {
         let handles: Vec<_> = (0..spec.threads)
@@ -350,6 +351,7 @@ fn timed_reads(spec: &Spec, db: &Database, keys: &[[u8; 16]]) -> anyhow::Result<
             .collect();
         barrier.wait();
         usage0 = rusage();
+        steal0 = steal_ms();
         started = Instant::now();
         super::run_for(started, spec.duration, &failed, &stop);
         handles
@@ -362,6 +364,7 @@ fn timed_reads(spec: &Spec, db: &Database, keys: &[[u8; 16]]) -> anyhow::Result<
     });
     let elapsed = started.elapsed();
     let usage1 = rusage();
+    let steal = steal0.zip(steal_ms()).map(|(a, b)| b - a);
     let mut latency = LatencyRecorder::new();
     let (mut gets, mut byte_sum) = (0, 0u64);
     for r in results {
@@ -376,6 +379,7 @@ fn timed_reads(spec: &Spec, db: &Database, keys: &[[u8; 16]]) -> anyhow::Result<
         latency,
         context_switches: usage1.0 - usage0.0,
         cpu_us: usage1.1 - usage0.1,
+        steal_ms: steal,
         info: json!({}),
     };
     Ok((out, byte_sum))
