@@ -63,6 +63,7 @@ fn check_fields(v: &serde_json::Value) {
     for f in [
         "context_switches_per_commit",
         "cpu_us_per_commit",
+        "steal_ms",
         "before_timing",
         "method",
     ] {
