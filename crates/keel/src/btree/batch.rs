@@ -34,7 +34,7 @@ use super::{BtreeError, Location, PageNo, PageSize};
 pub const FORK_MIN_CHANGES: usize = 32;
 
 /// Changes from which [`TreeMut::apply`], on one thread, shares a batch out
-/// down the tree ([`Writer::apply_grouped`]) instead of applying each from
+/// down the tree (`Writer::apply_grouped`) instead of applying each from
 /// the root.
 pub const GROUP_MIN_CHANGES: usize = 32;
 
@@ -189,8 +189,8 @@ impl Writer<'_> {
     /// [`TreeMut::apply`] on several threads: fixing child `i` (split,
     /// removed, or merged with a sibling) leaves the positions of the
     /// children before it as they were, and those are the ones still to
-    /// fix (a last child merges with the one before it, which is fixed
-    /// already or unchanged).
+    /// fix (a last child merges with the one before it, which is then
+    /// fixed in turn if it was changed).
     pub(crate) fn apply_grouped(
         &mut self,
         node: &mut Node,
@@ -257,11 +257,14 @@ pub(crate) fn with_value<R>(
 
 impl TreeMut {
     /// Apply `changes` in order, on the threads `fork` offers when there
-    /// are at least [`FORK_MIN_CHANGES`] and the root is a branch. Every
+    /// are at least [`FORK_MIN_CHANGES`] and the root is a branch; on one
+    /// thread, from [`GROUP_MIN_CHANGES`] under a branch root, shared out
+    /// down the tree, each node reached once per batch. Every
     /// key and value is checked against the limits before anything
     /// changes. After another error (a page that fails to load) only
-    /// some changes may be applied, and when applied on several threads
-    /// a child of the root may be left past a page: drop the working copy.
+    /// some changes may be applied, and (on several threads, or shared
+    /// out down the tree on one) a node may be left past a page: drop the
+    /// working copy.
     pub fn apply(
         &mut self,
         src: &dyn PageSource,

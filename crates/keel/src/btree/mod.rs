@@ -33,7 +33,7 @@ mod spare;
 mod tree;
 mod write;
 
-pub use batch::{Change, Fork, FORK_MIN_CHANGES};
+pub use batch::{Change, Fork, FORK_MIN_CHANGES, GROUP_MIN_CHANGES};
 pub use cache::{
     read_overflow_chain, CacheStats, NoPageSource, OverflowData, PageCache, PageSource,
 };
