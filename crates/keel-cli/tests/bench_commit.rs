@@ -532,6 +532,7 @@ fn bench_store_quick_reports_targets() {
     assert_eq!(names, ["w3", "w1", "w2", "r1", "r1"]);
     let w3 = &rows[0];
     assert!(w3["store_median"].as_f64().unwrap() > 0.0, "{w3}");
+    assert!(w3["steal_ms"].as_f64().is_some(), "{w3}");
     for reference in ["raw", "journal"] {
         let r = &w3["references"][reference];
         let expected = w3["store_median"].as_f64().unwrap() / r["median"].as_f64().unwrap();
@@ -558,6 +559,7 @@ fn bench_store_quick_reports_targets() {
     assert!(out.status.success(), "{out:?}");
     let table = String::from_utf8_lossy(&out.stdout);
     assert!(table.contains("| w3 "), "{table}");
+    assert!(table.contains("steal ms"), "{table}");
     assert!(table.contains("store / raw ≥ 0.8"), "{table}");
     let out = keel()
         .args(["bench", "store", "--w2-threads", "0", "--dir"])

@@ -301,6 +301,7 @@ fn summarize(a: &StoreArgs, runs: &[Run]) -> Vec<serde_json::Value> {
                 "p99_us": mid["p99_us"].clone(),
                 "serial_us_per_commit": mid["info"]["serial_us_per_commit"].clone(),
                 "cpu_us_per_commit": mid["info"]["cpu_us_per_commit"].clone(),
+                "steal_ms": mid["info"]["steal_ms"].clone(),
                 "context_switches_per_commit": mid["info"]["context_switches_per_commit"].clone(),
                 "checkpoints": mid["info"]["checkpoints"].clone(),
             })
@@ -376,6 +377,7 @@ fn render(
         ("p99 µs", Align::Right),
         ("serial µs", Align::Right),
         ("CPU µs", Align::Right),
+        ("steal ms", Align::Right),
     ]);
     let f = |v: &serde_json::Value, d: usize| v.as_f64().map_or("–".into(), |x| number(x, d));
     for r in rows {
@@ -417,6 +419,7 @@ fn render(
             f(&r["p99_us"], 0),
             f(&r["serial_us_per_commit"], 1),
             f(&r["cpu_us_per_commit"], 1),
+            f(&r["steal_ms"], 0),
         ]);
     }
     let mut out = String::new();
@@ -427,7 +430,9 @@ fn render(
          transactions of {} random puts (16-byte keys, 100-byte values); w1 = {} serial commits \
          of 16 KiB; w2 = {} s of T threads committing 128-byte values{}. Rates are transactions \
          (r1: gets) per second; ratios are of the medians. p50, p99, serial (the writer slot's \
-         time) and CPU (the whole process's) per commit are those of the store's median run.\n\n",
+         time) and CPU (the whole process's) per commit, and steal (the machine's steal time: the \
+         host running something else while a vCPU had work), are those of the store's median \
+         run.\n\n",
         a.rounds,
         a.w3_count,
         a.w3_batch,
