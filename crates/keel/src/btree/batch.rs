@@ -17,12 +17,13 @@
 //! split once, into as many pieces as it needs, rather than at each insert
 //! that overfills it).
 
+use std::ops::Range;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use super::cache::PageSource;
 use super::leaf::{OverflowValue, ValueRef};
-use super::node::{Body, Node};
+use super::node::{Body, Branch, Node};
 use super::read::{self, load_at_level};
 use super::tree::TreeMut;
 use super::write::Writer;
@@ -209,22 +210,12 @@ impl Writer<'_> {
             }
             return Ok(());
         };
-        // By child, each child's changes in their order (a stable sort).
-        let mut order: Vec<(u32, u32)> = picked
-            .iter()
-            .map(|&c| (b.child_index(changes[c as usize].key()) as u32, c))
-            .collect();
-        order.sort_by_key(|&(child, _)| child);
-        let mut changed = Vec::new();
-        let mut start = 0;
-        while start < order.len() {
-            let child = order[start].0;
-            let end = start + order[start..].partition_point(|&(c, _)| c == child);
-            let group: Vec<u32> = order[start..end].iter().map(|&(_, c)| c).collect();
-            let node = self.child_mut(b, child as usize)?;
-            self.apply_grouped(node, changes, &group)?;
-            changed.push(child as usize);
-            start = end;
+        let (indices, runs) = by_child(b, changes, picked);
+        let mut changed = Vec::with_capacity(runs.len());
+        for (child, run) in runs {
+            let node = self.child_mut(b, child)?;
+            self.apply_grouped(node, changes, &indices[run])?;
+            changed.push(child);
         }
         // Every child has all its changes before any is fixed: fixing one
         // may merge it with a sibling, and then split the two again at
@@ -234,6 +225,31 @@ impl Writer<'_> {
         }
         Ok(())
     }
+}
+
+/// `picked` (indices into `changes`) shared out among `b`'s children by
+/// key: the indices ordered by child, each child's in their order, and for
+/// each child with changes its position and its run of those indices.
+fn by_child(
+    b: &Branch,
+    changes: &[Change<'_>],
+    picked: &[u32],
+) -> (Vec<u32>, Vec<(usize, Range<usize>)>) {
+    let mut order: Vec<(u32, u32)> = picked
+        .iter()
+        .map(|&c| (b.child_index(changes[c as usize].key()) as u32, c))
+        .collect();
+    // Stable: a key's changes keep their order.
+    order.sort_by_key(|&(child, _)| child);
+    let mut runs = Vec::new();
+    let mut start = 0;
+    while start < order.len() {
+        let child = order[start].0;
+        let end = start + order[start..].partition_point(|&(c, _)| c == child);
+        runs.push((child as usize, start..end));
+        start = end;
+    }
+    (order.into_iter().map(|(_, c)| c).collect(), runs)
 }
 
 /// Call `f` with `value` as the tree stores it: inline, or as an overflow
@@ -308,14 +324,7 @@ impl TreeMut {
         src: &dyn PageSource,
         changes: &[Change<'_>],
     ) -> Result<(), BtreeError> {
-        let page_size = self.page_size();
-        let (root, freed, created) = self.parts_mut();
-        let mut w = Writer {
-            src,
-            page_size,
-            freed,
-            created,
-        };
+        let (root, mut w) = self.root_and_writer(src);
         let node = w.make_mut(root.as_mut().expect("checked: a branch"));
         let all: Vec<u32> = (0..changes.len() as u32).collect();
         w.apply_grouped(node, changes, &all)?;
@@ -328,36 +337,20 @@ impl TreeMut {
         changes: &[Change<'_>],
         fork: &dyn Fork,
     ) -> Result<(), BtreeError> {
-        let page_size = self.page_size();
-        let (root, freed, created) = self.parts_mut();
-        let mut w = Writer {
-            src,
-            page_size,
-            freed,
-            created,
-        };
+        let (root, mut w) = self.root_and_writer(src);
         let result = {
             let node = root.as_mut().expect("checked: a branch");
             let Body::Branch(b) = w.make_mut(node).body_mut() else {
                 unreachable!("checked: a branch")
             };
-            // Changes by child, each child's in their order.
-            let mut order: Vec<(u32, u32)> = changes
-                .iter()
-                .enumerate()
-                .map(|(i, c)| (b.child_index(c.key()) as u32, i as u32))
-                .collect();
-            order.sort_unstable();
-            let indices: Vec<u32> = order.iter().map(|&(_, i)| i).collect();
-            let mut groups = Vec::new();
-            let mut start = 0;
-            while start < order.len() {
-                let child = order[start].0;
-                let end = start + order[start..].partition_point(|&(c, _)| c == child);
-                let (loc, mem) = b.child_mut(child as usize).parts_mut();
+            let all: Vec<u32> = (0..changes.len() as u32).collect();
+            let (indices, runs) = by_child(b, changes, &all);
+            let mut groups = Vec::with_capacity(runs.len());
+            for (child, run) in runs {
+                let (loc, mem) = b.child_mut(child).parts_mut();
                 groups.push(Mutex::new(Group {
-                    child: child as usize,
-                    changes: &indices[start..end],
+                    child,
+                    changes: &indices[run],
                     loc: *loc,
                     mem: mem.take(),
                     changed: None,
@@ -365,11 +358,10 @@ impl TreeMut {
                     created: 0,
                     result: Ok(()),
                 }));
-                start = end;
             }
             let batch = Batch {
                 src,
-                page_size,
+                page_size: w.page_size,
                 level: b.level() - 1,
                 changes,
                 groups,

@@ -217,19 +217,19 @@ impl TreeMut {
         Ok(())
     }
 
-    /// The page size the tree is laid out for.
-    pub(crate) fn page_size(&self) -> PageSize {
-        self.page_size
-    }
-
     /// The root, if the working copy holds an entry.
     pub(crate) fn root(&self) -> Option<&Arc<Node>> {
         self.root.as_ref()
     }
 
-    /// The root, and where freed pages and created nodes are counted.
-    pub(crate) fn parts_mut(&mut self) -> (&mut Option<Arc<Node>>, &mut Vec<PageNo>, &mut u64) {
-        (&mut self.root, &mut self.freed, &mut self.created)
+    /// The root, and a writer reading through `src` that counts the pages
+    /// it frees and the nodes it creates in this working copy.
+    pub(crate) fn root_and_writer<'a>(
+        &'a mut self,
+        src: &'a dyn PageSource,
+    ) -> (&'a mut Option<Arc<Node>>, Writer<'a>) {
+        let w = Self::writer(src, self.page_size, &mut self.freed, &mut self.created);
+        (&mut self.root, w)
     }
 
     pub(crate) fn insert_value(
