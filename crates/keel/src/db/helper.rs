@@ -7,6 +7,10 @@
 //! ([`Helper::dispose`]) after its share of the next apply, so that
 //! neither sits on a committer's path.
 //!
+//! It also runs chores nobody waits for (faulting in the memtable's next
+//! chunks); a long chore pauses often ([`Pause::run_posted`]) to take a
+//! commit's work first.
+//!
 //! A committer never waits for the helper to wake up: it posts the work
 //! and starts on it at once; if the helper has not taken the work by the
 //! time the committer has done all of it, the committer takes the post
@@ -25,6 +29,7 @@
 
 use std::any::Any;
 use std::panic::{self, AssertUnwindSafe};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::thread::JoinHandle;
 
@@ -43,6 +48,9 @@ struct Job(*const (dyn Fn() + Sync + 'static));
 // poster waits for the call to end (see `Helper::fork`).
 unsafe impl Send for Job {}
 
+/// Work to run soon on the helper's thread (see [`Helper::chore`]).
+type Chore = Box<dyn FnOnce(&Pause<'_>) + Send>;
+
 #[derive(Default)]
 struct State {
     /// Posted, not yet taken.
@@ -54,12 +62,14 @@ struct State {
     /// Values to drop on the helper's thread.
     garbage: Vec<Box<dyn Send>>,
     /// Work to run soon, nobody waiting for it.
-    chores: Vec<Box<dyn FnOnce() + Send>>,
+    chores: Vec<Chore>,
     stop: bool,
 }
 
 struct Inner {
     state: Mutex<State>,
+    /// `state.job` is set (read without the lock by a chore's [`Pause`]).
+    posted: AtomicBool,
     /// The helper sleeps here.
     wake: Condvar,
     /// A poster waits here for the helper's share to end.
@@ -89,6 +99,7 @@ impl Helper {
     pub(crate) fn start() -> std::io::Result<Helper> {
         let inner = Arc::new(Inner {
             state: Mutex::default(),
+            posted: AtomicBool::new(false),
             wake: Condvar::new(),
             done: Condvar::new(),
         });
@@ -120,8 +131,9 @@ impl Helper {
 
     /// Run `chore` on the helper's thread soon (after the share of work it
     /// is in, if any); nobody waits for it. Dropped unrun if the helper
-    /// has stopped.
-    pub(crate) fn chore(&self, chore: impl FnOnce() + Send + 'static) {
+    /// has stopped. A long chore calls [`Pause::run_posted`] often, so
+    /// that a commit's work posted meanwhile does not wait for it.
+    pub(crate) fn chore(&self, chore: impl FnOnce(&Pause<'_>) + Send + 'static) {
         let mut s = self.inner.lock();
         if s.stop {
             return;
@@ -166,6 +178,7 @@ impl Helper {
         let erased: &'static (dyn Fn() + Sync + 'static) =
             unsafe { std::mem::transmute::<&(dyn Fn() + Sync), &'static (dyn Fn() + Sync)>(work) };
         s.job = Some(Job(erased));
+        self.inner.posted.store(true, Ordering::Relaxed);
         // Left by an earlier poster that unwound on its own panic.
         s.panicked = None;
         drop(s);
@@ -221,6 +234,7 @@ impl Drop for Retract<'_> {
     fn drop(&mut self) {
         let mut s = self.inner.lock();
         if s.job.take().is_some() {
+            self.inner.posted.store(false, Ordering::Relaxed);
             return;
         }
         while s.running {
@@ -233,23 +247,46 @@ impl Drop for Retract<'_> {
     }
 }
 
+/// Run the posted job, if any, on the helper's thread.
+fn run_job<'a>(inner: &'a Inner, mut s: MutexGuard<'a, State>) -> MutexGuard<'a, State> {
+    let Some(Job(work)) = s.job.take() else {
+        return s;
+    };
+    inner.posted.store(false, Ordering::Relaxed);
+    s.running = true;
+    drop(s);
+    // SAFETY: the poster keeps the closure alive until `running` is
+    // cleared below (see `Helper::fork`).
+    let work = unsafe { &*work };
+    let outcome = panic::catch_unwind(AssertUnwindSafe(work));
+    s = inner.lock();
+    s.running = false;
+    if let Err(p) = outcome {
+        s.panicked = Some(p);
+    }
+    inner.done.notify_all();
+    s
+}
+
+/// What a chore is given: a way to let a commit's posted work go first.
+pub(crate) struct Pause<'a> {
+    inner: &'a Inner,
+}
+
+impl Pause<'_> {
+    /// Run the work a poster is waiting on, if there is some (a load of
+    /// one flag when there is none).
+    pub(crate) fn run_posted(&self) {
+        if self.inner.posted.load(Ordering::Relaxed) {
+            drop(run_job(self.inner, self.inner.lock()));
+        }
+    }
+}
+
 fn run(inner: &Inner) {
     let mut s = inner.lock();
     loop {
-        if let Some(Job(work)) = s.job.take() {
-            s.running = true;
-            drop(s);
-            // SAFETY: the poster keeps the closure alive until `running`
-            // is cleared below (see `Helper::fork`).
-            let work = unsafe { &*work };
-            let outcome = panic::catch_unwind(AssertUnwindSafe(work));
-            s = inner.lock();
-            s.running = false;
-            if let Err(p) = outcome {
-                s.panicked = Some(p);
-            }
-            inner.done.notify_all();
-        }
+        s = run_job(inner, s);
         if !s.garbage.is_empty() || !s.chores.is_empty() {
             let garbage = std::mem::take(&mut s.garbage);
             let chores = std::mem::take(&mut s.chores);
@@ -257,9 +294,10 @@ fn run(inner: &Inner) {
             drop(s);
             drop(garbage);
             if !stopping {
+                let pause = Pause { inner };
                 for chore in chores {
                     // A panicking chore must not end the helper.
-                    let _ = panic::catch_unwind(AssertUnwindSafe(chore));
+                    let _ = panic::catch_unwind(AssertUnwindSafe(|| chore(&pause)));
                 }
             }
             s = inner.lock();
@@ -337,11 +375,54 @@ mod tests {
     fn chores_run_on_the_helper() {
         let helper = Helper::start().unwrap();
         let (tx, rx) = std::sync::mpsc::channel();
-        helper.chore(move || {
+        helper.chore(move |_| {
             let name = std::thread::current().name().unwrap_or("").to_string();
             tx.send(name).unwrap();
         });
         let name = rx.recv_timeout(std::time::Duration::from_secs(10)).unwrap();
         assert_eq!(name, "keel-helper");
+    }
+
+    /// Work posted while a chore runs is taken by the helper at the
+    /// chore's next pause, not after the chore.
+    #[test]
+    fn a_chore_lets_posted_work_go_first() {
+        use std::sync::atomic::AtomicBool;
+        use std::time::{Duration, Instant};
+        let helper = Helper::start().unwrap();
+        let chore_done = Arc::new(AtomicBool::new(false));
+        let in_chore = Arc::new(AtomicBool::new(false));
+        let (c, i) = (Arc::clone(&chore_done), Arc::clone(&in_chore));
+        // The chore ends only once the work below has been done.
+        helper.chore(move |pause| {
+            i.store(true, Ordering::Relaxed);
+            // Longer than the poster waits below: the work must not be
+            // run after the chore instead.
+            let deadline = Instant::now() + Duration::from_secs(30);
+            while !c.load(Ordering::Relaxed) && Instant::now() < deadline {
+                pause.run_posted();
+                std::thread::yield_now();
+            }
+        });
+        while !in_chore.load(Ordering::Relaxed) {
+            std::thread::yield_now();
+        }
+        let by_helper = AtomicBool::new(false);
+        let posted = helper.try_fork(&|| {
+            if std::thread::current().name() == Some("keel-helper") {
+                by_helper.store(true, Ordering::Relaxed);
+                return;
+            }
+            let deadline = Instant::now() + Duration::from_secs(10);
+            while !by_helper.load(Ordering::Relaxed) && Instant::now() < deadline {
+                std::thread::yield_now();
+            }
+        });
+        chore_done.store(true, Ordering::Relaxed);
+        assert!(posted);
+        assert!(
+            by_helper.load(Ordering::Relaxed),
+            "the helper ran the work during its chore"
+        );
     }
 }

@@ -734,8 +734,8 @@ impl Shared {
         if let Some(h) = &self.helper {
             if pool.wants(PREPARE_AHEAD_BYTES) {
                 let pool = Arc::clone(pool);
-                h.chore(move || {
-                    pool.prepare(PREPARE_AHEAD_BYTES);
+                h.chore(move |pause| {
+                    pool.prepare(PREPARE_AHEAD_BYTES, &|| pause.run_posted());
                 });
             }
         }

@@ -252,10 +252,14 @@ fn chunks_go_back_to_the_pool_and_are_reused() {
         !pool.wants(2 * super::CHUNK_BYTES as u64),
         "one prepare at a time"
     );
+    let pauses = std::cell::Cell::new(0);
     assert_eq!(
-        pool.prepare(2 * super::CHUNK_BYTES as u64),
+        pool.prepare(2 * super::CHUNK_BYTES as u64, &|| pauses
+            .set(pauses.get() + 1)),
         2 * super::CHUNK_BYTES as u64
     );
+    // Faulting a chunk in pauses every step, for more urgent work.
+    assert_eq!(pauses.get(), 2 * super::CHUNK_BYTES / super::TOUCH_STEP);
     assert!(!pool.wants(2 * super::CHUNK_BYTES as u64));
     assert!(pool.wants(3 * super::CHUNK_BYTES as u64));
 }
@@ -271,7 +275,7 @@ fn measure_inserts_at_a_million_keys() {
     // Memory faulted in beforehand, as a store's pool keeps it: what is
     // timed is the inserts, not the kernel backing fresh pages.
     let pool = super::ChunkPool::new(512 << 20);
-    pool.prepare(400 << 20);
+    pool.prepare(400 << 20, &|| {});
     let mem = MemTable::with_pool(Some(pool));
     let mut lsn = 0;
     // Transactions of 100 random keys.
