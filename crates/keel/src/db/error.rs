@@ -60,6 +60,16 @@ pub enum DbError {
          is there if its record reached the disk"
     )]
     CommitFailed(Arc<str>),
+    /// A read transaction began before checkpoints that replaced the
+    /// memory it reads, and keeping that memory alive for it (and older
+    /// ones) would pass the store's `reader_pinned_bytes`: it can no longer
+    /// read. Drop it (which frees that memory) and begin a new one.
+    #[error(
+        "the read transaction at lsn {lsn} is too old: checkpoints since it began replaced the \
+         memory it reads, and old read transactions would keep more than {limit} bytes of it \
+         alive (reader_pinned_bytes); drop it and begin a new one"
+    )]
+    SnapshotTooOld { lsn: u64, limit: u64 },
     /// Options that cannot work.
     #[error("invalid store options: {0}")]
     BadOptions(String),

@@ -104,6 +104,13 @@ pub struct Options {
     /// Run checkpoints in a background thread (otherwise only writers'
     /// backpressure, [`Database::checkpoint`] and `close` do).
     pub background_checkpoints: bool,
+    /// The most memory read transactions may keep alive that checkpoints
+    /// have replaced (the memtables a fold folded while an older reader
+    /// still read them). Past it, the oldest read transactions expire:
+    /// their every call fails with [`DbError::SnapshotTooOld`], and the
+    /// memory is freed when they are dropped. Writers never wait for
+    /// readers.
+    pub reader_pinned_bytes: u64,
     /// The journal's settings; its recovery mode is always
     /// `RefuseCorruption` (damage inside the journal is an error).
     pub journal: JournalOptions,
@@ -122,6 +129,7 @@ impl Default for Options {
             checkpoint_dirty_bytes: 256 << 20,
             backpressure_dirty_bytes: 1 << 30,
             background_checkpoints: true,
+            reader_pinned_bytes: 1 << 30,
             journal: JournalOptions::default(),
             vfs: RealVfs::shared(),
         }
@@ -173,6 +181,12 @@ impl Builder {
     /// Whether a background thread checkpoints.
     pub fn background_checkpoints(mut self, yes: bool) -> Self {
         self.options.background_checkpoints = yes;
+        self
+    }
+    /// Expire the oldest read transactions once they keep more than this
+    /// many bytes of replaced memtables alive.
+    pub fn reader_pinned_bytes(mut self, bytes: u64) -> Self {
+        self.options.reader_pinned_bytes = bytes;
         self
     }
     /// The journal's settings.
@@ -254,6 +268,11 @@ pub struct Stats {
     /// changed a key adds one).
     pub memtable_keys: u64,
     pub memtable_versions: u64,
+    /// Bytes of memtables that checkpoints replaced and that open read
+    /// transactions keep alive (bounded by `reader_pinned_bytes`).
+    pub reader_pinned_bytes: u64,
+    /// Read transactions expired since open ([`DbError::SnapshotTooOld`]).
+    pub snapshots_expired: u64,
     pub cache: CacheStats,
     pub journal: JournalStats,
 }
@@ -361,6 +380,8 @@ impl Database {
             dirty_bytes: s.dirty_bytes.load(Ordering::Relaxed),
             memtable_keys: mem.layers().map(|l| l.mem.len()).sum(),
             memtable_versions: mem.layers().map(|l| l.mem.versions()).sum(),
+            reader_pinned_bytes: s.reader_pinned_bytes(),
+            snapshots_expired: c.snapshots_expired.load(Ordering::Relaxed),
             cache: s.cache.stats(),
             journal: s.journal.stats(),
         }

@@ -103,12 +103,19 @@ struct View {
     base: Arc<Base>,
     lsn: Lsn,
     readers: BTreeMap<u64, usize>,
+    /// Memtables that folds replaced while readers still held them: the
+    /// generation `g` of the fold that replaced each (readers of a base
+    /// older than `g` hold it) and its bytes. See [`Shared::retire`].
+    retired: Vec<(u64, u64)>,
 }
 
 /// The published view and the poison.
 #[derive(Debug)]
 struct Published {
     view: Mutex<View>,
+    /// Read transactions on a base of a generation below this one have
+    /// expired ([`DbError::SnapshotTooOld`]).
+    expired_below: AtomicU64,
     view_cv: Condvar,
     poison: Mutex<Option<Arc<str>>>,
 }
@@ -186,6 +193,8 @@ struct CkptCtl {
 /// Counters for `stats`.
 #[derive(Debug, Default)]
 pub(crate) struct Counters {
+    /// Read transactions expired by `reader_pinned_bytes`.
+    pub snapshots_expired: AtomicU64,
     pub checkpoints: AtomicU64,
     pub checkpoint_pages: AtomicU64,
     pub checkpoint_us: AtomicU64,
@@ -479,7 +488,9 @@ impl Shared {
                     base: Arc::clone(&base),
                     lsn: meta.checkpoint_lsn,
                     readers: BTreeMap::new(),
+                    retired: Vec::new(),
                 }),
+                expired_below: AtomicU64::new(0),
                 view_cv: Condvar::new(),
                 poison: Mutex::new(None),
             }),
@@ -578,6 +589,68 @@ impl Shared {
         let (base, lsn) = (Arc::clone(&v.base), v.lsn);
         *v.readers.entry(base.gen).or_insert(0) += 1;
         (base, lsn)
+    }
+
+    /// Whether a read transaction on a base of generation `gen` may still
+    /// read (else why not).
+    pub(crate) fn check_snapshot(&self, gen: u64, lsn: Lsn) -> Result<()> {
+        if gen < self.published.expired_below.load(Ordering::Relaxed) {
+            return Err(DbError::SnapshotTooOld {
+                lsn,
+                limit: self.options.reader_pinned_bytes,
+            });
+        }
+        Ok(())
+    }
+
+    /// A fold that made generation `gen` replaced `layer`: if read
+    /// transactions still hold it, count its memory as theirs; then, while
+    /// the memory that unexpired readers keep alive this way exceeds
+    /// `reader_pinned_bytes`, expire the oldest of them. An expired
+    /// reader's memory is freed when it is dropped.
+    fn retire(&self, gen: u64, layer: &Layer) {
+        let mut v = lock(&self.published.view);
+        let v = &mut *v;
+        v.retired.push((gen, layer.bytes()));
+        // Held by the readers of an older base, expired or not.
+        let oldest = v.readers.keys().next().copied();
+        v.retired.retain(|&(g, _)| oldest.is_some_and(|o| o < g));
+        let below = self.published.expired_below.load(Ordering::Relaxed);
+        let limit = self.options.reader_pinned_bytes;
+        // The oldest unexpired generation read whose pins fit the limit
+        // (readers of the new base, `gen`, pin none of these).
+        let keep = v
+            .readers
+            .keys()
+            .copied()
+            .filter(|&r| r >= below)
+            .find(|&r| {
+                let pinned: u64 = v.retired.iter().filter(|&&(g, _)| r < g).map(|p| p.1).sum();
+                pinned <= limit
+            })
+            .unwrap_or(gen);
+        if keep > below {
+            let expired: usize = v.readers.range(below..keep).map(|(_, n)| n).sum();
+            self.published.expired_below.store(keep, Ordering::Relaxed);
+            self.counters
+                .snapshots_expired
+                .fetch_add(expired as u64, Ordering::Relaxed);
+        }
+    }
+
+    /// Bytes of folded memtables that unexpired read transactions keep
+    /// alive.
+    pub(crate) fn reader_pinned_bytes(&self) -> u64 {
+        let v = lock(&self.published.view);
+        let below = self.published.expired_below.load(Ordering::Relaxed);
+        let Some(oldest) = v.readers.keys().copied().find(|&r| r >= below) else {
+            return 0;
+        };
+        v.retired
+            .iter()
+            .filter(|&&(g, _)| oldest < g)
+            .map(|p| p.1)
+            .sum()
     }
 
     pub(crate) fn unpin(&self, gen: u64) {
@@ -878,6 +951,7 @@ impl Shared {
         self.dirty_bytes
             .store(w.base.mem_bytes(), Ordering::Relaxed);
         self.put_writer(w);
+        self.retire(gen, &layer);
         drop(layer);
         {
             let mut sp = lock(&self.space);

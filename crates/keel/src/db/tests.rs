@@ -507,6 +507,67 @@ fn a_long_reader_holds_back_only_its_own_pages() {
     );
 }
 
+/// Old read transactions expire once the replaced memtables they keep
+/// alive pass `reader_pinned_bytes`, the oldest first: each call on one
+/// then fails with `SnapshotTooOld` (a scan under way too), newer readers
+/// keep reading their snapshots, and dropping the expired one frees its
+/// share.
+#[test]
+fn old_readers_expire_past_their_memory_budget() {
+    let vfs = SimVfs::new(11);
+    // A round of 1,000 puts makes a memtable of ~230 KB (keys, 100-byte
+    // values, bookkeeping): one such pinned fits, two do not.
+    let db = builder(&vfs)
+        .reader_pinned_bytes(350 << 10)
+        .create(Path::new("/s"))
+        .unwrap();
+    let round = |n: u32, v: u8| {
+        let mut w = db.begin_write().unwrap();
+        let mut t = w.open_table("t").unwrap();
+        for k in 0..n {
+            t.insert(k.to_be_bytes(), [v; 100]).unwrap();
+        }
+        w.commit().unwrap();
+    };
+    let value = |r: &ReadTxn, k: u32| -> Result<Option<Vec<u8>>> {
+        Ok(r.open_table("t")?.get(k.to_be_bytes())?.map(|v| v.to_vec()))
+    };
+    round(1000, 1);
+    let r0 = db.begin_read();
+    let t0 = r0.open_table("t").unwrap();
+    let mut scan = t0.iter();
+    assert_eq!(scan.next().unwrap().unwrap().value(), [1u8; 100]);
+    round(10, 2);
+    db.checkpoint().unwrap();
+    let one = db.stats().reader_pinned_bytes;
+    assert!(
+        one > 100 << 10 && one <= 350 << 10,
+        "one round pins {one} bytes"
+    );
+    assert_eq!(value(&r0, 5).unwrap(), Some(vec![1u8; 100]));
+    let r1 = db.begin_read();
+    round(1000, 3);
+    db.checkpoint().unwrap();
+    // r0 would keep both folded memtables alive: it expires; r1 one.
+    let stats = db.stats();
+    assert_eq!(stats.snapshots_expired, 1);
+    assert!(stats.reader_pinned_bytes <= 350 << 10);
+    let too_old = |e: DbError| matches!(e, DbError::SnapshotTooOld { .. });
+    assert!(value(&r0, 5).is_err_and(too_old));
+    assert!(scan.next().unwrap().is_err_and(too_old));
+    assert!(scan.next().is_none());
+    assert!(r0.list_tables().is_err_and(too_old));
+    assert_eq!(value(&r1, 5).unwrap(), Some(vec![2u8; 100]));
+    assert_eq!(value(&r1, 500).unwrap(), Some(vec![1u8; 100]));
+    drop(scan);
+    drop(r0);
+    assert_eq!(db.stats().reader_pinned_bytes, stats.reader_pinned_bytes);
+    drop(r1);
+    assert_eq!(db.stats().reader_pinned_bytes, 0);
+    assert_eq!(get(&db, "t", &5u32.to_be_bytes()), Some(vec![3u8; 100]));
+    db.check().unwrap();
+}
+
 /// Every form of key range reads the keys it names, with keys of any
 /// byte-like type.
 #[test]

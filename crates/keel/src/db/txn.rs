@@ -272,6 +272,8 @@ pub struct Iter<'a> {
     upper: Vec<(LayerScan<'a>, Option<LayerItem<'a>>)>,
     /// An error to report first (taking the writer slot failed).
     error: Option<DbError>,
+    /// A read transaction's scan: checked at every step (it may expire).
+    reader: Option<&'a ReadTxn>,
     done: bool,
 }
 
@@ -305,7 +307,19 @@ impl<'a> Iter<'a> {
                 })
                 .collect(),
             error: None,
+            reader: None,
             done: false,
+        }
+    }
+
+    /// A read transaction's scan: fails once `txn` expires.
+    fn of_reader(txn: &'a ReadTxn, s: &Bound<Vec<u8>>, e: &Bound<Vec<u8>>) -> Iter<'a> {
+        if let Err(e) = txn.live() {
+            return Iter::failed(&txn.shared.cache, e);
+        }
+        Iter {
+            reader: Some(txn),
+            ..Iter::new(&txn.base, &txn.shared.cache, s, e, txn.lsn, None)
         }
     }
 
@@ -315,6 +329,7 @@ impl<'a> Iter<'a> {
             base_next: None,
             upper: Vec::new(),
             error: Some(e),
+            reader: None,
             done: false,
         }
     }
@@ -339,6 +354,10 @@ impl Iterator for Iter<'_> {
 
     fn next(&mut self) -> Option<Self::Item> {
         if let Some(e) = self.error.take() {
+            self.done = true;
+            return Some(Err(e));
+        }
+        if let Some(Err(e)) = self.reader.filter(|_| !self.done).map(ReadTxn::live) {
             self.done = true;
             return Some(Err(e));
         }
@@ -410,7 +429,14 @@ impl ReadTxn {
         ReadTxn { shared, base, lsn }
     }
 
+    /// Whether this snapshot may still be read (see
+    /// [`DbError::SnapshotTooOld`]).
+    fn live(&self) -> Result<()> {
+        self.shared.check_snapshot(self.base.gen, self.lsn)
+    }
+
     fn get_full(&self, key: &[u8]) -> Result<Option<Value>> {
+        self.live()?;
         Ok(self
             .base
             .get(&self.shared.cache, key, self.lsn)?
@@ -441,8 +467,7 @@ impl ReadTxn {
     /// The names of the tables, sorted.
     pub fn list_tables(&self) -> Result<Vec<String>> {
         let (s, e) = table_bounds(CATALOG, &(Bound::Excluded(&[][..]), Bound::Unbounded));
-        let it = Iter::new(&self.base, &self.shared.cache, &s, &e, self.lsn, None);
-        collect_names(&self.shared.path, it)
+        collect_names(&self.shared.path, Iter::of_reader(self, &s, &e))
     }
 }
 
@@ -494,8 +519,7 @@ impl<'t> Table<'t> {
     }
 
     fn iter_bounds(&self, s: Bound<Vec<u8>>, e: Bound<Vec<u8>>) -> Iter<'t> {
-        let t = self.txn;
-        Iter::new(&t.base, &t.shared.cache, &s, &e, t.lsn, None)
+        Iter::of_reader(self.txn, &s, &e)
     }
 }
 

@@ -149,6 +149,7 @@ fn options_json(db: &Database) -> serde_json::Value {
         "backpressure_journal_bytes": o.backpressure_journal_bytes,
         "checkpoint_dirty_bytes": o.checkpoint_dirty_bytes,
         "backpressure_dirty_bytes": o.backpressure_dirty_bytes,
+        "reader_pinned_bytes": o.reader_pinned_bytes,
         "background_checkpoints": o.background_checkpoints,
         "segment_bytes": db.journal().options().segment_size_bytes,
         "durability": "immediate",
