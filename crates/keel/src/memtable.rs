@@ -419,10 +419,17 @@ struct Node {
     /// Leaves: slots `0..sorted` are in key order, those after them (added
     /// since the leaf was made) in the order they came. Inner nodes: all.
     sorted: usize,
-    /// Leaf: the heads of the entries' keys. Inner: `heads[i]` and
-    /// `entries[i]`, for `i >= 1`, are the separator before child `i`
-    /// (the smallest key under it); slot 0 is unused.
-    heads: [[AtomicU64; 3]; FANOUT],
+    /// Leaf: the heads of the entries' keys. Inner: the head and entry of
+    /// slot `i`, for `i >= 1`, are the separator before child `i` (the
+    /// smallest key under it); slot 0 is unused.
+    ///
+    /// Stored word by word (`heads[w][i]` is word `w` of slot `i`'s head):
+    /// a search compares first words, reading the next word of a slot
+    /// only when they are equal, so a descent touches the 4 cache lines
+    /// of the first words instead of the 12 of whole heads. At a million
+    /// keys, insertion was bound by those bytes (~1 KiB per node per
+    /// level, ~100 ns).
+    heads: [[AtomicU64; FANOUT]; 3],
     entries: [AtomicPtr<Entry>; FANOUT],
 }
 
@@ -470,12 +477,23 @@ impl Node {
     }
 
     fn head(&self, i: usize) -> Head {
-        let h = &self.heads[i];
-        Head([
-            h[0].load(Ordering::Relaxed),
-            h[1].load(Ordering::Relaxed),
-            h[2].load(Ordering::Relaxed),
-        ])
+        Head(std::array::from_fn(|w| {
+            self.heads[w][i].load(Ordering::Relaxed)
+        }))
+    }
+
+    /// `probe` against slot `i`'s key: word by word of the heads, then the
+    /// entry's key when the heads are equal.
+    fn cmp_slot(&self, probe: &Probe<'_>, i: usize) -> CmpOrdering {
+        for (w, &word) in probe.head.0.iter().enumerate() {
+            match word.cmp(&self.heads[w][i].load(Ordering::Relaxed)) {
+                CmpOrdering::Equal => {}
+                o => return o,
+            }
+        }
+        // SAFETY: every entry a node refers to lives as long as the
+        // memtable (in its arena), and the caller borrows the memtable.
+        probe.key.cmp(unsafe { (*self.entry(i)).key() })
     }
 
     fn entry(&self, i: usize) -> *const Entry {
@@ -485,8 +503,8 @@ impl Node {
     /// Fill slot `i` (not yet published: at or past `len`, or the node is
     /// not reachable).
     fn set(&self, i: usize, head: Head, entry: *const Entry) {
-        for (cell, word) in self.heads[i].iter().zip(head.0) {
-            cell.store(word, Ordering::Relaxed);
+        for (cells, word) in self.heads.iter().zip(head.0) {
+            cells[i].store(word, Ordering::Relaxed);
         }
         self.entries[i].store(entry.cast_mut(), Ordering::Relaxed);
     }
@@ -500,8 +518,8 @@ impl Node {
         let mut sum = 0u64;
         let mut i = 0;
         while i < len {
-            sum = sum.wrapping_add(self.heads[i][0].load(Ordering::Relaxed));
-            i += 64 / std::mem::size_of::<[u64; 3]>() + 1;
+            sum = sum.wrapping_add(self.heads[0][i].load(Ordering::Relaxed));
+            i += 64 / std::mem::size_of::<u64>();
         }
         // An inner node's child pointers are a block of their own: their
         // misses overlap the heads' too.
@@ -521,13 +539,13 @@ impl Node {
         let (mut lo, mut hi) = (0, self.sorted.min(len));
         while lo < hi {
             let mid = (lo + hi) / 2;
-            match probe.cmp(self.head(mid), self.entry(mid)) {
+            match self.cmp_slot(probe, mid) {
                 CmpOrdering::Greater => lo = mid + 1,
                 CmpOrdering::Less => hi = mid,
                 CmpOrdering::Equal => return Some(mid),
             }
         }
-        (self.sorted..len).find(|&i| probe.cmp(self.head(i), self.entry(i)).is_eq())
+        (self.sorted..len).find(|&i| self.cmp_slot(probe, i).is_eq())
     }
 
     /// Leaf: its first `len` slots in key order.
@@ -547,7 +565,7 @@ impl Node {
         let (mut lo, mut hi) = (1, len);
         while lo < hi {
             let mid = (lo + hi) / 2;
-            if probe.cmp(self.head(mid), self.entry(mid)) == CmpOrdering::Less {
+            if self.cmp_slot(probe, mid) == CmpOrdering::Less {
                 hi = mid;
             } else {
                 lo = mid + 1;
@@ -584,7 +602,9 @@ impl Node {
     ) {
         let len = *self.len.get_mut();
         debug_assert!(len < FANOUT);
-        self.heads[at..=len].rotate_right(1);
+        for words in &mut self.heads {
+            words[at..=len].rotate_right(1);
+        }
         self.entries[at..=len].rotate_right(1);
         let children = self.children.as_mut().expect("an inner node");
         children[at..=len].rotate_right(1);
