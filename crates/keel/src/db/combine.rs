@@ -167,8 +167,12 @@ impl Shared {
             return;
         }
         w.queue_turn = !w.queue.is_empty();
+        // A notify nobody waits for is still a futex call.
+        let wake = w.waiting > 0;
         drop(w);
-        self.writer_cv.notify_one();
+        if wake {
+            self.writer_cv.notify_one();
+        }
     }
 
     // ----- combined commits ---------------------------------------------

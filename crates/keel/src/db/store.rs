@@ -103,6 +103,9 @@ struct View {
     base: Arc<Base>,
     lsn: Lsn,
     readers: BTreeMap<u64, usize>,
+    /// Threads in `wait_published` (a publish notifies only then: a
+    /// notify nobody waits for is still a futex call, once per commit).
+    lsn_waiters: usize,
     /// Memtables that folds replaced while readers still held them: the
     /// generation `g` of the fold that replaced each (readers of a base
     /// older than `g` hold it) and its bytes. See [`Shared::retire`].
@@ -127,8 +130,11 @@ impl Published {
     fn publish(&self, lsn: Lsn) {
         let mut v = lock(&self.view);
         v.lsn = v.lsn.max(lsn);
+        let wake = v.lsn_waiters > 0;
         drop(v);
-        self.view_cv.notify_all();
+        if wake {
+            self.view_cv.notify_all();
+        }
     }
 
     /// Record the first failure; wake whoever waits for publication.
@@ -488,6 +494,7 @@ impl Shared {
                     base: Arc::clone(&base),
                     lsn: meta.checkpoint_lsn,
                     readers: BTreeMap::new(),
+                    lsn_waiters: 0,
                     retired: Vec::new(),
                 }),
                 expired_below: AtomicU64::new(0),
@@ -699,11 +706,13 @@ impl Shared {
         let mut v = lock(&self.published.view);
         while v.lsn < lsn {
             self.check_poison()?;
+            v.lsn_waiters += 1;
             v = self
                 .published
                 .view_cv
                 .wait(v)
                 .unwrap_or_else(|e| e.into_inner());
+            v.lsn_waiters -= 1;
         }
         Ok(())
     }

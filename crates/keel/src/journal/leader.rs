@@ -158,7 +158,7 @@ fn write_until(shared: &Shared, id: u64) -> Option<Result<(), JournalError>> {
             break (id >= failed).then_some(Err(JournalError::Poisoned(e)));
         }
         complete(shared, &mut st, &batch);
-        let kick = !st.callbacks.is_empty();
+        let kick = !st.callbacks.is_empty() && st.flusher_waiting;
         drop(st);
         if kick {
             shared.flusher_cv.notify_one();

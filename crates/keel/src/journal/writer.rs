@@ -299,6 +299,10 @@ pub(super) struct State {
     pub(super) poisoned: Option<Arc<IoError>>,
     pub(super) callbacks: Vec<(u64, Lsn, Callback)>,
     flusher_kick: bool,
+    /// The flusher sleeps on `flusher_cv` (a kick wakes it only then: a
+    /// notify nobody waits for is still a futex call, and `on_durable`
+    /// comes once per store commit group).
+    pub(super) flusher_waiting: bool,
     shutdown: bool,
     /// A spare is being prepared (by the preparer or `preallocate`): one at
     /// a time, so two never pick the same sequence number.
@@ -410,6 +414,18 @@ impl Shared {
         self.lock().stats
     }
 
+    /// Ask the flusher to run (start the write of `start_target`, run the
+    /// callbacks), waking it if it sleeps; it checks the kick under the
+    /// lock before it sleeps, so none is lost.
+    fn kick_flusher(&self, mut st: MutexGuard<'_, State>) {
+        st.flusher_kick = true;
+        let wake = st.flusher_waiting;
+        drop(st);
+        if wake {
+            self.flusher_cv.notify_one();
+        }
+    }
+
     pub(super) fn shutdown(&self) {
         self.lock().shutdown = true;
         self.spare_cv.notify_all();
@@ -450,6 +466,7 @@ impl State {
             poisoned: None,
             callbacks: Vec::new(),
             flusher_kick: false,
+            flusher_waiting: false,
             shutdown: false,
             preparing: false,
             stats: JournalStats::default(),
@@ -514,8 +531,7 @@ impl CommitHandle {
         // One kick per batch: committers of the same batch find the target
         // already raised.
         if shared.start_target.fetch_max(self.batch, Ordering::AcqRel) < self.batch {
-            shared.lock().flusher_kick = true;
-            shared.flusher_cv.notify_one();
+            shared.kick_flusher(shared.lock());
         }
     }
 
@@ -530,9 +546,7 @@ impl CommitHandle {
         let mut st = self.shared.lock();
         st.callbacks
             .push((self.batch, self.lsn, Box::new(callback)));
-        st.flusher_kick = true;
-        drop(st);
-        self.shared.flusher_cv.notify_one();
+        self.shared.kick_flusher(st);
     }
 }
 
@@ -846,10 +860,12 @@ pub(super) fn flusher_loop(shared: Arc<Shared>) {
     loop {
         let mut st = shared.lock();
         while !st.flusher_kick && !st.shutdown {
+            st.flusher_waiting = true;
             st = shared
                 .flusher_cv
                 .wait(st)
                 .unwrap_or_else(|p| p.into_inner());
+            st.flusher_waiting = false;
         }
         if st.shutdown && st.callbacks.is_empty() {
             return;
