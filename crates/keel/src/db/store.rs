@@ -112,6 +112,16 @@ struct View {
     retired: Vec<(u64, u64)>,
 }
 
+/// Bytes of the `retired` memtables (see [`View::retired`]) that the
+/// readers of generation `gen` and newer keep alive.
+fn pinned_from(retired: &[(u64, u64)], gen: u64) -> u64 {
+    retired
+        .iter()
+        .filter(|&&(g, _)| gen < g)
+        .map(|&(_, bytes)| bytes)
+        .sum()
+}
+
 /// The published view and the poison.
 #[derive(Debug)]
 struct Published {
@@ -631,10 +641,7 @@ impl Shared {
             .keys()
             .copied()
             .filter(|&r| r >= below)
-            .find(|&r| {
-                let pinned: u64 = v.retired.iter().filter(|&&(g, _)| r < g).map(|p| p.1).sum();
-                pinned <= limit
-            })
+            .find(|&r| pinned_from(&v.retired, r) <= limit)
             .unwrap_or(gen);
         if keep > below {
             let expired: usize = v.readers.range(below..keep).map(|(_, n)| n).sum();
@@ -650,14 +657,8 @@ impl Shared {
     pub(crate) fn reader_pinned_bytes(&self) -> u64 {
         let v = lock(&self.published.view);
         let below = self.published.expired_below.load(Ordering::Relaxed);
-        let Some(oldest) = v.readers.keys().copied().find(|&r| r >= below) else {
-            return 0;
-        };
-        v.retired
-            .iter()
-            .filter(|&&(g, _)| oldest < g)
-            .map(|p| p.1)
-            .sum()
+        let oldest = v.readers.keys().copied().find(|&r| r >= below);
+        oldest.map_or(0, |r| pinned_from(&v.retired, r))
     }
 
     pub(crate) fn unpin(&self, gen: u64) {
