@@ -34,12 +34,15 @@ mod freelist;
 #[doc(hidden)]
 pub mod fuzzing;
 mod helper;
+mod inspect;
 mod layers;
 pub mod meta;
 mod pagewrite;
+mod read;
 mod record;
 mod store;
 mod txn;
+mod view;
 
 use std::path::Path;
 use std::sync::atomic::Ordering;
@@ -48,10 +51,9 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 pub use error::{DbError, Result};
+pub use read::{Iter, KeyRange, KeyValue, ReadTxn, Table, Value, MAX_TABLE_NAME_BYTES};
 pub use store::{DATA_FILE, JOURNAL_DIR, LOCK_FILE};
-pub use txn::{
-    Iter, KeyRange, KeyValue, ReadTxn, Table, TableMut, Value, WriteTxn, MAX_TABLE_NAME_BYTES,
-};
+pub use txn::{TableMut, WriteTxn};
 
 use crate::btree::{CacheStats, PageSize, MAX_VALUE_BYTES};
 use crate::io::{RealVfs, Vfs};
@@ -402,7 +404,7 @@ impl Database {
     /// The largest key, value and transaction the store accepts.
     pub fn limits(&self) -> Limits {
         Limits {
-            max_key_bytes: txn::max_key_bytes(&self.shared),
+            max_key_bytes: read::max_key_bytes(&self.shared),
             max_value_bytes: MAX_VALUE_BYTES,
             max_transaction_bytes: self.shared.journal.options().max_record_bytes(),
         }

@@ -1,9 +1,10 @@
 //! The store's shared state: opening and recovery, the commit path after a
-//! transaction is built, publication to readers, checkpoints and page
-//! reuse. `docs/format.md` ("The commit and checkpoint protocol") states
-//! the rules this file keeps; each is named where it is kept.
+//! transaction is built, checkpoints and page reuse (publication to
+//! readers: `view.rs`; `check`: `inspect.rs`). `docs/format.md` ("The
+//! commit and checkpoint protocol") states the rules this file keeps; each
+//! is named where it is kept.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
@@ -18,10 +19,11 @@ use super::meta::{self, Meta, MetaError, PageRef};
 use super::pagewrite::PageWriter;
 use super::record::{self, Op};
 use super::txn::Record;
+use super::view::Published;
 use super::{Durability, Options};
 use crate::btree::{
-    check_tree, detach_clean, reserve_pages, Fork, Location, PageCache, PageNo, PageSize, Placed,
-    Tree, TreeStats, FIRST_TREE_PAGE, MAX_PAGE_BYTES, MIN_PAGE_BYTES,
+    detach_clean, reserve_pages, Fork, Location, PageCache, PageNo, PageSize, Placed, Tree,
+    FIRST_TREE_PAGE, MAX_PAGE_BYTES, MIN_PAGE_BYTES,
 };
 use crate::io::{self, LockGuard, OpenMode, OpenOptions, SyncKind, Vfs, VfsFile};
 use crate::journal::{CommitHandle, Journal, JournalOptions, Lsn, RecoveryMode};
@@ -93,69 +95,6 @@ impl WriterState {
             buf.clear();
             self.record_buf = buf;
         }
-    }
-}
-
-/// What readers see: the newest base at the highest durable LSN, and how
-/// many readers hold each base's tree (by [`Base::gen`]).
-#[derive(Debug)]
-struct View {
-    base: Arc<Base>,
-    lsn: Lsn,
-    readers: BTreeMap<u64, usize>,
-    /// Threads in `wait_published` (a publish notifies only then: a
-    /// notify nobody waits for is still a futex call, once per commit).
-    lsn_waiters: usize,
-    /// Memtables that folds replaced while readers still held them: the
-    /// generation `g` of the fold that replaced each (readers of a base
-    /// older than `g` hold it) and its bytes. See [`Shared::retire`].
-    retired: Vec<(u64, u64)>,
-}
-
-/// Bytes of the `retired` memtables (see [`View::retired`]) that the
-/// readers of generation `gen` and newer keep alive.
-fn pinned_from(retired: &[(u64, u64)], gen: u64) -> u64 {
-    retired
-        .iter()
-        .filter(|&&(g, _)| gen < g)
-        .map(|&(_, bytes)| bytes)
-        .sum()
-}
-
-/// The published view and the poison.
-#[derive(Debug)]
-struct Published {
-    view: Mutex<View>,
-    /// Read transactions on a base of a generation below this one have
-    /// expired ([`DbError::SnapshotTooOld`]).
-    expired_below: AtomicU64,
-    view_cv: Condvar,
-    poison: Mutex<Option<Arc<str>>>,
-}
-
-impl Published {
-    /// Make the state after `lsn` (now durable) what new readers see,
-    /// unless a later durable state is already published: committers may
-    /// wake out of order, and the published LSN never moves back.
-    fn publish(&self, lsn: Lsn) {
-        let mut v = lock(&self.view);
-        v.lsn = v.lsn.max(lsn);
-        let wake = v.lsn_waiters > 0;
-        drop(v);
-        if wake {
-            self.view_cv.notify_all();
-        }
-    }
-
-    /// Record the first failure; wake whoever waits for publication.
-    fn set_poison(&self, why: &str) -> Arc<str> {
-        let why: Arc<str> = {
-            let mut p = lock(&self.poison);
-            Arc::clone(p.get_or_insert_with(|| why.into()))
-        };
-        drop(lock(&self.view));
-        self.view_cv.notify_all();
-        why
     }
 }
 
@@ -238,10 +177,10 @@ pub(crate) struct Shared {
     /// What readers see, and the poison: shared with journal callbacks
     /// (which must not hold the store itself: the last reference dropped
     /// on a journal thread would join that thread).
-    published: Arc<Published>,
+    pub(super) published: Arc<Published>,
     space: Mutex<Space>,
     /// One checkpoint at a time.
-    ckpt_run: Mutex<()>,
+    pub(super) ckpt_run: Mutex<()>,
     ckpt: Mutex<CkptCtl>,
     ckpt_cv: Condvar,
     /// Record bytes committed since the last checkpoint started.
@@ -269,7 +208,7 @@ fn not_a_store(path: &Path, reason: impl Into<String>) -> DbError {
     }
 }
 
-fn corrupt(path: &Path, reason: impl Into<String>) -> DbError {
+pub(super) fn corrupt(path: &Path, reason: impl Into<String>) -> DbError {
     DbError::Corrupt {
         path: path.to_path_buf(),
         reason: reason.into(),
@@ -499,18 +438,7 @@ impl Shared {
             journal,
             writer: Mutex::new(Slot::default()),
             writer_cv: Condvar::new(),
-            published: Arc::new(Published {
-                view: Mutex::new(View {
-                    base: Arc::clone(&base),
-                    lsn: meta.checkpoint_lsn,
-                    readers: BTreeMap::new(),
-                    lsn_waiters: 0,
-                    retired: Vec::new(),
-                }),
-                expired_below: AtomicU64::new(0),
-                view_cv: Condvar::new(),
-                poison: Mutex::new(None),
-            }),
+            published: Arc::new(Published::new(Arc::clone(&base), meta.checkpoint_lsn)),
             space: Mutex::new(space),
             ckpt_run: Mutex::new(()),
             ckpt: Mutex::new(CkptCtl::default()),
@@ -595,127 +523,6 @@ impl Shared {
         self.writer_cv.notify_all();
         self.ckpt_cv.notify_all();
         why
-    }
-
-    // ----- readers --------------------------------------------------------
-
-    /// The published snapshot, registered as held until [`Self::unpin`]
-    /// (with the base's generation).
-    pub(crate) fn pin(&self) -> (Arc<Base>, Lsn) {
-        let mut v = lock(&self.published.view);
-        let (base, lsn) = (Arc::clone(&v.base), v.lsn);
-        *v.readers.entry(base.gen).or_insert(0) += 1;
-        (base, lsn)
-    }
-
-    /// Whether a read transaction on a base of generation `gen` may still
-    /// read (else why not).
-    pub(crate) fn check_snapshot(&self, gen: u64, lsn: Lsn) -> Result<()> {
-        if gen < self.published.expired_below.load(Ordering::Relaxed) {
-            return Err(DbError::SnapshotTooOld {
-                lsn,
-                limit: self.options.reader_pinned_bytes,
-            });
-        }
-        Ok(())
-    }
-
-    /// A fold that made generation `gen` replaced `layer`: if read
-    /// transactions still hold it, count its memory as theirs; then, while
-    /// the memory that unexpired readers keep alive this way exceeds
-    /// `reader_pinned_bytes`, expire the oldest of them. An expired
-    /// reader's memory is freed when it is dropped.
-    fn retire(&self, gen: u64, layer: &Layer) {
-        let mut v = lock(&self.published.view);
-        let v = &mut *v;
-        v.retired.push((gen, layer.bytes()));
-        // Held by the readers of an older base, expired or not.
-        let oldest = v.readers.keys().next().copied();
-        v.retired.retain(|&(g, _)| oldest.is_some_and(|o| o < g));
-        let below = self.published.expired_below.load(Ordering::Relaxed);
-        let limit = self.options.reader_pinned_bytes;
-        // The oldest unexpired generation read whose pins fit the limit
-        // (readers of the new base, `gen`, pin none of these).
-        let keep = v
-            .readers
-            .keys()
-            .copied()
-            .filter(|&r| r >= below)
-            .find(|&r| pinned_from(&v.retired, r) <= limit)
-            .unwrap_or(gen);
-        if keep > below {
-            let expired: usize = v.readers.range(below..keep).map(|(_, n)| n).sum();
-            self.published.expired_below.store(keep, Ordering::Relaxed);
-            self.counters
-                .snapshots_expired
-                .fetch_add(expired as u64, Ordering::Relaxed);
-        }
-    }
-
-    /// Bytes of folded memtables that unexpired read transactions keep
-    /// alive.
-    pub(crate) fn reader_pinned_bytes(&self) -> u64 {
-        let v = lock(&self.published.view);
-        let below = self.published.expired_below.load(Ordering::Relaxed);
-        let oldest = v.readers.keys().copied().find(|&r| r >= below);
-        oldest.map_or(0, |r| pinned_from(&v.retired, r))
-    }
-
-    pub(crate) fn unpin(&self, gen: u64) {
-        let mut v = lock(&self.published.view);
-        if let Some(n) = v.readers.get_mut(&gen) {
-            *n -= 1;
-            if *n == 0 {
-                v.readers.remove(&gen);
-            }
-        }
-    }
-
-    /// Make the state after `lsn` (now durable) what new readers see; see
-    /// [`Published::publish`].
-    pub(crate) fn publish(&self, lsn: Lsn) {
-        self.published.publish(lsn);
-    }
-
-    /// Make `base` the writer's and what new readers see (the caller holds
-    /// the writer's state `w`). The base it replaces is dropped on the
-    /// helper's thread: dropping a folded memtable frees its nodes and
-    /// hands its chunks back to the pool.
-    fn set_base(&self, w: &mut WriterState, base: Base) {
-        let base = Arc::new(base);
-        let old = std::mem::replace(&mut lock(&self.published.view).base, Arc::clone(&base));
-        w.base = base;
-        match &self.helper {
-            Some(h) => h.dispose(old),
-            None => drop(old),
-        }
-    }
-
-    /// The published base, not registered as held (for counters).
-    pub(crate) fn base(&self) -> Arc<Base> {
-        Arc::clone(&lock(&self.published.view).base)
-    }
-
-    /// The published LSN.
-    pub(crate) fn published_lsn(&self) -> Lsn {
-        lock(&self.published.view).lsn
-    }
-
-    /// Wait until the published LSN reaches `lsn` (or the store is
-    /// poisoned).
-    pub(crate) fn wait_published(&self, lsn: Lsn) -> Result<()> {
-        let mut v = lock(&self.published.view);
-        while v.lsn < lsn {
-            self.check_poison()?;
-            v.lsn_waiters += 1;
-            v = self
-                .published
-                .view_cv
-                .wait(v)
-                .unwrap_or_else(|e| e.into_inner());
-            v.lsn_waiters -= 1;
-        }
-        Ok(())
     }
 
     // ----- the commit path ------------------------------------------------
@@ -835,6 +642,17 @@ impl Shared {
     }
 
     // ----- checkpoints ----------------------------------------------------
+
+    /// The durable meta page.
+    pub(crate) fn meta(&self) -> Meta {
+        lock(&self.space).meta
+    }
+
+    /// Free pages now, and pages waiting to be reusable.
+    pub(crate) fn free_counts(&self) -> (u64, u64) {
+        let sp = lock(&self.space);
+        (sp.free.len() as u64, sp.pending.len() as u64)
+    }
 
     pub(crate) fn request_checkpoint(&self) {
         lock(&self.ckpt).requested = true;
@@ -1131,88 +949,8 @@ impl Shared {
         self.data.sync(SyncKind::Data)?;
         Ok(())
     }
-
-    // ----- inspection -----------------------------------------------------
-
-    /// The durable meta page.
-    pub(crate) fn meta(&self) -> Meta {
-        lock(&self.space).meta
-    }
-
-    /// Free pages now, and pages waiting to be reusable.
-    pub(crate) fn free_counts(&self) -> (u64, u64) {
-        let sp = lock(&self.space);
-        (sp.free.len() as u64, sp.pending.len() as u64)
-    }
-
-    /// Check the durable state on disk (every page the newest meta reaches,
-    /// read from the file; pages accounted for exactly once) and the
-    /// published tree in memory.
-    pub(crate) fn check(&self) -> Result<(TreeStats, TreeStats)> {
-        let _one = lock(&self.ckpt_run);
-        let meta = self.meta();
-        let ps = self.page_size;
-        let fresh = PageCache::new(Arc::clone(&self.data), ps, 1 << 20);
-        let root = (meta.root.page != 0).then_some(Location {
-            page: meta.root.page,
-            crc: meta.root.crc,
-        });
-        let disk = check_tree(&Tree::open(ps, &fresh, root)?, &fresh)?;
-        let (list_pages, free) = read_freelist(self.data.as_ref(), ps, &meta)
-            .map_err(|r| corrupt(&self.path, format!("free list: {r}")))?;
-        if free.len() as u64 != meta.free_pages {
-            return Err(corrupt(
-                &self.path,
-                format!(
-                    "the meta page counts {} free pages but its list holds {}",
-                    meta.free_pages,
-                    free.len()
-                ),
-            ));
-        }
-        let mut owner: BTreeMap<PageNo, &'static str> = BTreeMap::new();
-        let all = disk
-            .pages
-            .iter()
-            .map(|&p| (p, "the tree"))
-            .chain(list_pages.iter().map(|&p| (p, "the free list's pages")))
-            .chain(free.iter().map(|&p| (p, "the free list")));
-        for (p, who) in all {
-            if p < FIRST_TREE_PAGE || p >= meta.page_count {
-                return Err(corrupt(
-                    &self.path,
-                    format!("page {p} ({who}) is outside the file's tree pages"),
-                ));
-            }
-            if let Some(first) = owner.insert(p, who) {
-                return Err(corrupt(
-                    &self.path,
-                    format!("page {p} is used twice: by {first} and by {who}"),
-                ));
-            }
-        }
-        if let Some(p) = (FIRST_TREE_PAGE..meta.page_count).find(|p| !owner.contains_key(p)) {
-            return Err(corrupt(
-                &self.path,
-                format!("page {p} is neither in the tree nor free (leaked)"),
-            ));
-        }
-        let (base, _) = self.pin();
-        let mem = check_tree(&base.tree, &self.cache);
-        self.unpin(base.gen);
-        Ok((disk, mem?))
-    }
-
-    /// The published snapshot's statistics (walks the whole tree).
-    pub(crate) fn tree_stats(&self) -> Result<TreeStats> {
-        let (base, _) = self.pin();
-        let r = check_tree(&base.tree, &self.cache);
-        self.unpin(base.gen);
-        Ok(r?)
-    }
 }
 
-/// Read the free-list chain of `meta`: its pages, and the pages it lists.
 /// The data file opened again with `O_DIRECT`, for checkpoints' page
 /// writes (see `pagewrite`), when pages are whole blocks of the device
 /// and the file system takes direct I/O; else the buffered descriptor
@@ -1236,7 +974,8 @@ fn open_page_writes(
     Arc::clone(data)
 }
 
-fn read_freelist(
+/// Read the free-list chain of `meta`: its pages, and the pages it lists.
+pub(super) fn read_freelist(
     data: &dyn VfsFile,
     ps: PageSize,
     meta: &Meta,

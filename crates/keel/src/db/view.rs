@@ -1,0 +1,210 @@
+//! What readers see: the published base and LSN, the read transactions
+//! holding older bases, and when those expire (`SnapshotTooOld`).
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+
+use super::error::{DbError, Result};
+use super::layers::{Base, Layer};
+use super::store::{lock, Shared, WriterState};
+use crate::journal::Lsn;
+
+/// What readers see: the newest base at the highest durable LSN, and how
+/// many readers hold each base's tree (by [`Base::gen`]).
+#[derive(Debug)]
+pub(super) struct View {
+    pub base: Arc<Base>,
+    pub lsn: Lsn,
+    pub readers: BTreeMap<u64, usize>,
+    /// Threads in `wait_published` (a publish notifies only then: a
+    /// notify nobody waits for is still a futex call, once per commit).
+    lsn_waiters: usize,
+    /// Memtables that folds replaced while readers still held them: the
+    /// generation `g` of the fold that replaced each (readers of a base
+    /// older than `g` hold it) and its bytes. See [`Shared::retire`].
+    retired: Vec<(u64, u64)>,
+}
+
+/// Bytes of the `retired` memtables (see [`View::retired`]) that the
+/// readers of generation `gen` and newer keep alive.
+fn pinned_from(retired: &[(u64, u64)], gen: u64) -> u64 {
+    retired
+        .iter()
+        .filter(|&&(g, _)| gen < g)
+        .map(|&(_, bytes)| bytes)
+        .sum()
+}
+
+/// The published view and the poison.
+#[derive(Debug)]
+pub(super) struct Published {
+    pub view: Mutex<View>,
+    /// Read transactions on a base of a generation below this one have
+    /// expired ([`DbError::SnapshotTooOld`]).
+    expired_below: AtomicU64,
+    view_cv: Condvar,
+    pub poison: Mutex<Option<Arc<str>>>,
+}
+
+impl Published {
+    pub(super) fn new(base: Arc<Base>, lsn: Lsn) -> Published {
+        Published {
+            view: Mutex::new(View {
+                base,
+                lsn,
+                readers: BTreeMap::new(),
+                lsn_waiters: 0,
+                retired: Vec::new(),
+            }),
+            expired_below: AtomicU64::new(0),
+            view_cv: Condvar::new(),
+            poison: Mutex::new(None),
+        }
+    }
+
+    /// Make the state after `lsn` (now durable) what new readers see,
+    /// unless a later durable state is already published: committers may
+    /// wake out of order, and the published LSN never moves back.
+    pub(super) fn publish(&self, lsn: Lsn) {
+        let mut v = lock(&self.view);
+        v.lsn = v.lsn.max(lsn);
+        let wake = v.lsn_waiters > 0;
+        drop(v);
+        if wake {
+            self.view_cv.notify_all();
+        }
+    }
+
+    /// Record the first failure; wake whoever waits for publication.
+    pub(super) fn set_poison(&self, why: &str) -> Arc<str> {
+        let why: Arc<str> = {
+            let mut p = lock(&self.poison);
+            Arc::clone(p.get_or_insert_with(|| why.into()))
+        };
+        drop(lock(&self.view));
+        self.view_cv.notify_all();
+        why
+    }
+}
+
+impl Shared {
+    /// The published snapshot, registered as held until [`Self::unpin`]
+    /// (with the base's generation).
+    pub(crate) fn pin(&self) -> (Arc<Base>, Lsn) {
+        let mut v = lock(&self.published.view);
+        let (base, lsn) = (Arc::clone(&v.base), v.lsn);
+        *v.readers.entry(base.gen).or_insert(0) += 1;
+        (base, lsn)
+    }
+
+    /// Whether a read transaction on a base of generation `gen` may still
+    /// read (else why not).
+    pub(crate) fn check_snapshot(&self, gen: u64, lsn: Lsn) -> Result<()> {
+        if gen < self.published.expired_below.load(Ordering::Relaxed) {
+            return Err(DbError::SnapshotTooOld {
+                lsn,
+                limit: self.options.reader_pinned_bytes,
+            });
+        }
+        Ok(())
+    }
+
+    /// A fold that made generation `gen` replaced `layer`: if read
+    /// transactions still hold it, count its memory as theirs; then, while
+    /// the memory that unexpired readers keep alive this way exceeds
+    /// `reader_pinned_bytes`, expire the oldest of them. An expired
+    /// reader's memory is freed when it is dropped.
+    pub(super) fn retire(&self, gen: u64, layer: &Layer) {
+        let mut v = lock(&self.published.view);
+        let v = &mut *v;
+        v.retired.push((gen, layer.bytes()));
+        // Held by the readers of an older base, expired or not.
+        let oldest = v.readers.keys().next().copied();
+        v.retired.retain(|&(g, _)| oldest.is_some_and(|o| o < g));
+        let below = self.published.expired_below.load(Ordering::Relaxed);
+        let limit = self.options.reader_pinned_bytes;
+        // The oldest unexpired generation read whose pins fit the limit
+        // (readers of the new base, `gen`, pin none of these).
+        let keep = v
+            .readers
+            .keys()
+            .copied()
+            .filter(|&r| r >= below)
+            .find(|&r| pinned_from(&v.retired, r) <= limit)
+            .unwrap_or(gen);
+        if keep > below {
+            let expired: usize = v.readers.range(below..keep).map(|(_, n)| n).sum();
+            self.published.expired_below.store(keep, Ordering::Relaxed);
+            self.counters
+                .snapshots_expired
+                .fetch_add(expired as u64, Ordering::Relaxed);
+        }
+    }
+
+    /// Bytes of folded memtables that unexpired read transactions keep
+    /// alive.
+    pub(crate) fn reader_pinned_bytes(&self) -> u64 {
+        let v = lock(&self.published.view);
+        let below = self.published.expired_below.load(Ordering::Relaxed);
+        let oldest = v.readers.keys().copied().find(|&r| r >= below);
+        oldest.map_or(0, |r| pinned_from(&v.retired, r))
+    }
+
+    pub(crate) fn unpin(&self, gen: u64) {
+        let mut v = lock(&self.published.view);
+        if let Some(n) = v.readers.get_mut(&gen) {
+            *n -= 1;
+            if *n == 0 {
+                v.readers.remove(&gen);
+            }
+        }
+    }
+
+    /// Make the state after `lsn` (now durable) what new readers see; see
+    /// [`Published::publish`].
+    pub(crate) fn publish(&self, lsn: Lsn) {
+        self.published.publish(lsn);
+    }
+
+    /// Make `base` the writer's and what new readers see (the caller holds
+    /// the writer's state `w`). The base it replaces is dropped on the
+    /// helper's thread: dropping a folded memtable frees its nodes and
+    /// hands its chunks back to the pool.
+    pub(super) fn set_base(&self, w: &mut WriterState, base: Base) {
+        let base = Arc::new(base);
+        let old = std::mem::replace(&mut lock(&self.published.view).base, Arc::clone(&base));
+        w.base = base;
+        match &self.helper {
+            Some(h) => h.dispose(old),
+            None => drop(old),
+        }
+    }
+
+    /// The published base, not registered as held (for counters).
+    pub(crate) fn base(&self) -> Arc<Base> {
+        Arc::clone(&lock(&self.published.view).base)
+    }
+
+    /// The published LSN.
+    pub(crate) fn published_lsn(&self) -> Lsn {
+        lock(&self.published.view).lsn
+    }
+
+    /// Wait until the published LSN reaches `lsn` (or the store is
+    /// poisoned).
+    pub(crate) fn wait_published(&self, lsn: Lsn) -> Result<()> {
+        let mut v = lock(&self.published.view);
+        while v.lsn < lsn {
+            self.check_poison()?;
+            v.lsn_waiters += 1;
+            v = self
+                .published
+                .view_cv
+                .wait(v)
+                .unwrap_or_else(|e| e.into_inner());
+            v.lsn_waiters -= 1;
+        }
+        Ok(())
+    }
+}
