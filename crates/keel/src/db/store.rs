@@ -121,6 +121,38 @@ struct Space {
 }
 
 impl Space {
+    /// The pages of the data file as `meta` leaves them: its free list
+    /// read, with cheap checks before the list is trusted with allocations
+    /// (the full one, against the tree's pages, is `check`).
+    fn load(dir: &Path, data: &dyn VfsFile, ps: PageSize, meta: Meta) -> Result<Space> {
+        let (freelist_pages, free) =
+            read_freelist(data, ps, &meta).map_err(|r| corrupt(dir, format!("free list: {r}")))?;
+        let listed: BTreeSet<PageNo> = free.iter().copied().collect();
+        if listed.len() != free.len()
+            || free.len() as u64 != meta.free_pages
+            || freelist_pages.iter().any(|p| listed.contains(p))
+        {
+            return Err(corrupt(
+                dir,
+                format!(
+                    "free list: {} entries ({} distinct) for the meta page's {}, or listing its \
+                     own pages",
+                    free.len(),
+                    listed.len(),
+                    meta.free_pages
+                ),
+            ));
+        }
+        Ok(Space {
+            meta,
+            freelist_pages,
+            free: listed,
+            pending: Vec::new(),
+            durable_gen: 0,
+            born_after: Vec::new(),
+        })
+    }
+
     fn born_after(&self, page: PageNo) -> u64 {
         usize::try_from(page)
             .ok()
@@ -265,6 +297,58 @@ fn read_metas(data: &dyn VfsFile) -> Result<(Vec<u8>, Vec<u8>)> {
 }
 
 /// Whether the directory holds a store whose creation finished.
+/// The newest valid meta page of the data file, and its page size, made
+/// durable before it is trusted: after a process crash the page cache may
+/// hold a meta page (or pages) whose write was never synced — adopting it
+/// and then reusing the pages the older meta refers to would leave nothing
+/// valid after a power cut. After a failed sync, pages that never reached
+/// the disk may read back as written until evicted.
+fn durable_meta(dir: &Path, data: &dyn VfsFile) -> Result<(Meta, PageSize)> {
+    data.evict_clean_pages()?;
+    data.sync(SyncKind::Data)?;
+    let (a, b) = read_metas(data)?;
+    let (meta, _other) = meta::choose(&a, &b).map_err(|[e0, e1]| {
+        corrupt(
+            dir,
+            format!("neither meta page is valid (page 0: {e0}; page 1: {e1})"),
+        )
+    })?;
+    let ps = PageSize::new(meta.page_size as usize)
+        .map_err(|e| corrupt(dir, format!("meta page: {e}")))?;
+    let file_pages = data.len()? / ps.bytes() as u64;
+    if file_pages < meta.page_count {
+        return Err(corrupt(
+            dir,
+            format!(
+                "the data file holds {file_pages} pages but its meta page counts {} (truncated?)",
+                meta.page_count
+            ),
+        ));
+    }
+    Ok((meta, ps))
+}
+
+/// The store's journal (damage inside it is an error), checked to belong
+/// to the data file of `meta`.
+fn open_journal(dir: &Path, vfs: &Arc<dyn Vfs>, options: &Options, meta: &Meta) -> Result<Journal> {
+    let jdir = dir.join(JOURNAL_DIR);
+    if !vfs.exists(&jdir)? {
+        return Err(corrupt(dir, "the journal directory is missing"));
+    }
+    let journal = Journal::open(Arc::clone(vfs), &jdir, journal_options(options))?;
+    if journal.store_id() != meta.journal_id {
+        return Err(corrupt(
+            dir,
+            format!(
+                "the journal (store id {:#x}) does not belong to this data file (store id {:#x})",
+                journal.store_id(),
+                meta.journal_id
+            ),
+        ));
+    }
+    Ok(journal)
+}
+
 fn initialized(vfs: &dyn Vfs, dir: &Path) -> Result<bool> {
     let path = dir.join(DATA_FILE);
     if !vfs.exists(&path)? {
@@ -342,84 +426,15 @@ impl Shared {
         let vfs = Arc::clone(&options.vfs);
         let path = dir.join(DATA_FILE);
         let data = vfs.open(&path, OpenOptions::new(OpenMode::Buffered))?;
-        // Read what the disk holds, and make it durable before trusting
-        // it: after a process crash the page cache may hold a meta page
-        // (or pages) whose write was never synced — adopting it and then
-        // reusing the pages the older meta refers to would leave nothing
-        // valid after a power cut. After a failed sync, pages that never
-        // reached the disk may read back as written until evicted.
-        data.evict_clean_pages()?;
-        data.sync(SyncKind::Data)?;
-        let (a, b) = read_metas(data.as_ref())?;
-        let (meta, _other) = meta::choose(&a, &b).map_err(|[e0, e1]| {
-            corrupt(
-                dir,
-                format!("neither meta page is valid (page 0: {e0}; page 1: {e1})"),
-            )
-        })?;
-        let ps = PageSize::new(meta.page_size as usize)
-            .map_err(|e| corrupt(dir, format!("meta page: {e}")))?;
-        let file_pages = data.len()? / ps.bytes() as u64;
-        if file_pages < meta.page_count {
-            return Err(corrupt(
-                dir,
-                format!(
-                    "the data file holds {file_pages} pages but its meta page counts {} \
-                     (truncated?)",
-                    meta.page_count
-                ),
-            ));
-        }
-        let jdir = dir.join(JOURNAL_DIR);
-        if !vfs.exists(&jdir)? {
-            return Err(corrupt(dir, "the journal directory is missing"));
-        }
-        let journal = Journal::open(Arc::clone(&vfs), &jdir, journal_options(&options))?;
-        if journal.store_id() != meta.journal_id {
-            return Err(corrupt(
-                dir,
-                format!(
-                    "the journal (store id {:#x}) does not belong to this data file (store id \
-                     {:#x})",
-                    journal.store_id(),
-                    meta.journal_id
-                ),
-            ));
-        }
+        let (meta, ps) = durable_meta(dir, data.as_ref())?;
+        let journal = open_journal(dir, &vfs, &options, &meta)?;
         let cache = PageCache::new(Arc::clone(&data), ps, options.cache_bytes);
         let root = (meta.root.page != 0).then_some(Location {
             page: meta.root.page,
             crc: meta.root.crc,
         });
         let tree = Tree::open(ps, &cache, root)?;
-        let (freelist_pages, free) = read_freelist(data.as_ref(), ps, &meta)
-            .map_err(|r| corrupt(dir, format!("free list: {r}")))?;
-        // Cheap checks before the list is trusted with allocations (the
-        // full one, against the tree's pages, is `check`).
-        let listed: BTreeSet<PageNo> = free.iter().copied().collect();
-        if listed.len() != free.len()
-            || free.len() as u64 != meta.free_pages
-            || freelist_pages.iter().any(|p| listed.contains(p))
-        {
-            return Err(corrupt(
-                dir,
-                format!(
-                    "free list: {} entries ({} distinct) for the meta page's {}, or listing its own \
-                     pages",
-                    free.len(),
-                    listed.len(),
-                    meta.free_pages
-                ),
-            ));
-        }
-        let space = Space {
-            meta,
-            freelist_pages,
-            free: listed,
-            pending: Vec::new(),
-            durable_gen: 0,
-            born_after: Vec::new(),
-        };
+        let space = Space::load(dir, data.as_ref(), ps, meta)?;
         let base = Arc::new(Base {
             tree,
             active: Arc::new(Layer::new(ChunkPool::new(
