@@ -108,7 +108,7 @@ impl Prepared {
     fn changes(&self) -> usize {
         match self {
             Prepared::Replayed(a) => a.changes(),
-            Prepared::Direct(b, ..) => b.puts.len(),
+            Prepared::Direct(b, ..) => b.len(),
         }
     }
 
@@ -351,7 +351,13 @@ impl Shared {
             return Ok(Some((Prepared::Direct(blind, ids, bytes), submitted)));
         }
         let view = WriterState::new(Arc::clone(&w.base), last_lsn);
-        let a = Active::replay(Arc::clone(self), view, false, &blind.tables, blind.puts)?;
+        let a = Active::replay(
+            Arc::clone(self),
+            view,
+            false,
+            &blind.tables,
+            blind.replay_puts(),
+        )?;
         let ops = a.ops();
         if ops.is_empty() {
             return Ok(None);

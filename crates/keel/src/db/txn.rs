@@ -56,7 +56,7 @@ impl std::fmt::Debug for WriteTxn {
             Some(a) => d
                 .field("changes", &a.overlay.len())
                 .field("record_bytes", &a.size),
-            None => d.field("blind_puts", &self.blind.puts.len()),
+            None => d.field("blind_puts", &self.blind.len()),
         };
         d.finish()
     }
@@ -64,14 +64,33 @@ impl std::fmt::Debug for WriteTxn {
 
 /// A write transaction's changes before it took the writer slot: the
 /// tables it opened (by name) and its puts into them, in order.
+///
+/// The puts' bytes are kept one after the other in one buffer: a key and
+/// a value allocated apiece made a transaction of 100 puts 200
+/// allocations before its record could be written (and 200 frees after).
 #[derive(Debug, Default)]
 pub(crate) struct Blind {
     pub(crate) tables: Vec<String>,
-    /// (index in `tables`, key, value)
-    pub(crate) puts: Vec<(usize, Vec<u8>, Arc<[u8]>)>,
+    /// Every put's key and then its value.
+    bytes: Vec<u8>,
+    puts: Vec<BlindPut>,
     /// An upper bound of the record's bytes once replayed: every put as
     /// if no other replaced it, every table as if it had to be created.
     bound: usize,
+}
+
+/// One put of a [`Blind`]: its table (index in `tables`), where its key
+/// (and a small value) are in `bytes`.
+#[derive(Debug)]
+struct BlindPut {
+    slot: usize,
+    at: usize,
+    key_len: usize,
+    value_len: usize,
+    /// A value of [`GATHER_VALUE_BYTES`] or more, kept whole: the record
+    /// gathers it and the tree shares it (an overflow value) without
+    /// another copy.
+    large: Option<Arc<[u8]>>,
 }
 
 impl Blind {
@@ -84,6 +103,48 @@ impl Blind {
 
     pub(crate) fn is_empty(&self) -> bool {
         self.tables.is_empty() && self.puts.is_empty()
+    }
+
+    /// Puts made.
+    pub(crate) fn len(&self) -> usize {
+        self.puts.len()
+    }
+
+    fn push(&mut self, slot: usize, key: &[u8], value: &[u8]) {
+        let at = self.bytes.len();
+        self.bytes.extend_from_slice(key);
+        let large = (value.len() >= GATHER_VALUE_BYTES).then(|| Arc::from(value));
+        if large.is_none() {
+            self.bytes.extend_from_slice(value);
+        }
+        self.puts.push(BlindPut {
+            slot,
+            at,
+            key_len: key.len(),
+            value_len: value.len(),
+            large,
+        });
+    }
+
+    /// The puts in order: table index, key, value.
+    fn puts(&self) -> impl Iterator<Item = (usize, &[u8], &[u8])> + '_ {
+        self.puts.iter().map(|p| {
+            let (key, rest) = self.bytes[p.at..].split_at(p.key_len);
+            let value = p.large.as_deref().unwrap_or(&rest[..p.value_len]);
+            (p.slot, key, value)
+        })
+    }
+
+    /// The puts in order, for [`Active::replay`]: a large value shared.
+    pub(crate) fn replay_puts(&self) -> impl Iterator<Item = (usize, &[u8], Arc<[u8]>)> + '_ {
+        self.puts.iter().map(|p| {
+            let (key, rest) = self.bytes[p.at..].split_at(p.key_len);
+            let value = match &p.large {
+                Some(v) => Arc::clone(v),
+                None => Arc::from(&rest[..p.value_len]),
+            };
+            (p.slot, key, value)
+        })
     }
 
     /// Encode the record straight from the puts, in the order they were
@@ -105,10 +166,7 @@ impl Blind {
     ) -> Result<Option<Vec<u32>>> {
         if self.puts.is_empty()
             || self.bound > shared.journal.options().max_record_bytes()
-            || self
-                .puts
-                .iter()
-                .any(|(_, _, v)| v.len() >= GATHER_VALUE_BYTES)
+            || self.puts.iter().any(|p| p.value_len >= GATHER_VALUE_BYTES)
         {
             return Ok(None);
         }
@@ -123,8 +181,8 @@ impl Blind {
         buf.reserve(self.bound);
         buf.push(RECORD_TXN);
         let mut key = Vec::with_capacity(64);
-        for (slot, k, v) in &self.puts {
-            set_full_key(&mut key, ids[*slot], k);
+        for (slot, k, v) in self.puts() {
+            set_full_key(&mut key, ids[slot], k);
             record::push(buf, Op::Put(&key, v));
         }
         Ok(Some(ids))
@@ -135,8 +193,8 @@ impl Blind {
     pub(crate) fn apply_direct(&self, layer: &Layer, ids: &[u32], lsn: Lsn) {
         let mut w = layer.mem.writer();
         let mut key = Vec::with_capacity(64);
-        for (slot, k, v) in &self.puts {
-            set_full_key(&mut key, ids[*slot], k);
+        for (slot, k, v) in self.puts() {
+            set_full_key(&mut key, ids[slot], k);
             w.insert(&key, lsn, Some(v));
         }
     }
@@ -216,12 +274,12 @@ impl Drop for Active {
 impl Active {
     /// The transaction over `state`'s tree with `tables` opened and `puts`
     /// made, in order.
-    pub(crate) fn replay(
+    pub(crate) fn replay<'p>(
         shared: Arc<Shared>,
         state: WriterState,
         owns_slot: bool,
         tables: &[String],
-        puts: impl IntoIterator<Item = (usize, Vec<u8>, Arc<[u8]>)>,
+        puts: impl IntoIterator<Item = (usize, &'p [u8], Arc<[u8]>)>,
     ) -> Result<Active> {
         let mut a = Active {
             shared,
@@ -237,7 +295,7 @@ impl Active {
             a.ids.push(id);
         }
         for (slot, key, value) in puts {
-            a.set_full(full_key(a.ids[slot], &key), Some(value))?;
+            a.set_full(full_key(a.ids[slot], key), Some(value))?;
         }
         Ok(a)
     }
@@ -503,10 +561,7 @@ impl WriteTxn {
                 state,
                 true,
                 &self.blind.tables,
-                self.blind
-                    .puts
-                    .iter()
-                    .map(|(s, k, v)| (*s, k.clone(), v.clone())),
+                self.blind.replay_puts(),
             )?;
             let _ = self.active.set(a);
         }
@@ -578,7 +633,7 @@ impl WriteTxn {
         if self.active.get().is_none() {
             let bound = self.blind.bound + PUT_FIXED_BYTES + PREFIX + key.len() + value.len();
             if bound <= self.max_record() {
-                self.blind.puts.push((slot, key.to_vec(), Arc::from(value)));
+                self.blind.push(slot, key, value);
                 self.blind.bound = bound;
                 return Ok(());
             }
