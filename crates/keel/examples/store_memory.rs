@@ -1,9 +1,12 @@
 //! The store's memory under a steady load of scattered changes: rounds of
 //! transactions of 100 random 100-byte puts (`Durability::Eventual`), the
 //! process's resident memory and the store's counters printed every 5,000
-//! rounds. With `--small`: a 64 MiB page cache and 16/64 MiB of changed
-//! pages before a checkpoint / backpressure (defaults: 256 MiB, 64/256
-//! MiB); with `--hold-reader`, one read transaction stays open throughout.
+//! rounds. With `--small`: a 64 MiB page cache, 16/64 MiB of memtables
+//! before a checkpoint / backpressure, and 128 MiB that old readers may
+//! keep alive (defaults: 256 MiB, 256 MiB / 1 GiB, 1 GiB); with
+//! `--hold-reader`, one read transaction is held open and read at every
+//! report: when it has expired (`SnapshotTooOld`, the memory it kept
+//! alive past `reader_pinned_bytes`) it is dropped and a new one begun.
 //!
 //! ```text
 //! cargo run --release --example store_memory -- [ROUNDS] [--small] [--hold-reader]
@@ -11,7 +14,7 @@
 //!
 //! Uses mimalloc, as the `keel` binary does. Linux only (`/proc/self/statm`).
 
-use keel::db::{Database, Durability};
+use keel::db::{Database, DbError, Durability};
 
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
@@ -23,7 +26,7 @@ fn rss_mib() -> u64 {
         .map_or(0, |pages| (pages * 4096) >> 20)
 }
 
-fn main() -> Result<(), keel::db::DbError> {
+fn main() -> Result<(), DbError> {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let rounds: u32 = args.iter().find_map(|a| a.parse().ok()).unwrap_or(30_000);
     let small = args.iter().any(|a| a == "--small");
@@ -34,13 +37,14 @@ fn main() -> Result<(), keel::db::DbError> {
         builder = builder
             .cache_bytes(64 << 20)
             .checkpoint_dirty_bytes(16 << 20)
-            .backpressure_dirty_bytes(64 << 20);
+            .backpressure_dirty_bytes(64 << 20)
+            .reader_pinned_bytes(128 << 20);
     }
     let db = builder.create(&dir)?;
     let mut w = db.begin_write()?;
     w.open_table("t")?;
     w.commit()?;
-    let reader = hold.then(|| db.begin_read());
+    let mut reader = hold.then(|| db.begin_read());
     let mut rng = 1u64;
     println!("{rounds} rounds of 100 random puts; small budgets: {small}; a reader held: {hold}");
     for round in 1..=rounds {
@@ -55,14 +59,26 @@ fn main() -> Result<(), keel::db::DbError> {
         }
         w.commit()?;
         if round % 5000 == 0 || round == rounds {
+            let mut held = "";
+            if let Some(r) = &reader {
+                held = match r.open_table("t").and_then(|t| t.get(1u64.to_be_bytes())) {
+                    Ok(_) => ", the held reader reads",
+                    Err(DbError::SnapshotTooOld { .. }) => ", the held reader expired: begun again",
+                    Err(e) => return Err(e),
+                };
+                if held.ends_with("again") {
+                    reader = Some(db.begin_read());
+                }
+            }
             let s = db.stats();
             println!(
-                "round {round:>6}: rss {:>5} MiB, changed pages {:>4} MiB, cache {:>4} MiB, {:>3} checkpoints, {:>7} pages in the file",
+                "round {round:>6}: rss {:>5} MiB, memtables {:>4} MiB, cache {:>4} MiB, {:>3} checkpoints, {:>7} pages in the file, pinned by readers {:>4} MiB{held}",
                 rss_mib(),
                 s.dirty_bytes >> 20,
                 s.cache.cached_bytes >> 20,
                 s.checkpoints,
                 s.page_count,
+                s.reader_pinned_bytes >> 20,
             );
         }
     }
