@@ -10,11 +10,11 @@
 //! (traced, `keel bench commit --workload w3 --engine store`, 2026-11-25).
 //!
 //! Written through a descriptor opened with `O_DIRECT` where the file
-//! system allows it (see `Shared::open_page_writes`): the pages skip the
-//! page cache (a copy, and memory the store's own cache already spends),
-//! and each write returns only when the device has it, so a checkpoint
-//! keeps at most one buffer's worth in the disk's queue ahead of the
-//! journal's writes. Not durable until the data file is synced.
+//! system allows it (see `open_page_writes` in `store.rs`): the pages
+//! skip the page cache (a copy, and memory the store's own cache already
+//! spends), and each write returns only when the device has it, so a
+//! checkpoint keeps at most one buffer's worth in the disk's queue ahead
+//! of the journal's writes. Not durable until the data file is synced.
 
 use std::io::IoSlice;
 

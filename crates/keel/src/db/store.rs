@@ -907,7 +907,11 @@ impl Shared {
             out.push(*page, bytes)?;
         }
         out.flush()?;
-        placed.pages = out.written;
+        placed.pages += list_writes.len() as u64;
+        debug_assert_eq!(
+            placed.pages, out.written,
+            "every page handed out is written"
+        );
         self.data.sync(SyncKind::Data)?;
         let meta = Meta {
             page_size: self.page_size.bytes() as u32,

@@ -166,7 +166,7 @@ impl Blind {
     ) -> Result<Option<Vec<u32>>> {
         if self.puts.is_empty()
             || self.bound > shared.journal.options().max_record_bytes()
-            || self.puts.iter().any(|p| p.value_len >= GATHER_VALUE_BYTES)
+            || self.puts.iter().any(|p| p.large.is_some())
         {
             return Ok(None);
         }
