@@ -1,9 +1,10 @@
 //! The store's memory under a steady load of scattered changes: rounds of
 //! transactions of 100 random 100-byte puts (`Durability::Eventual`), the
 //! process's resident memory and the store's counters printed every 5,000
-//! rounds. With `--small`: a 64 MiB page cache, 16/64 MiB of memtables
-//! before a checkpoint / backpressure, and 128 MiB that old readers may
-//! keep alive (defaults: 256 MiB, 256 MiB / 1 GiB, 1 GiB); with
+//! rounds (and the peak resident memory so far). With `--small`: a 64 MiB page cache, 16/64 MiB of memtables
+//! before a checkpoint / backpressure, folds written every 16 MiB of
+//! changed pages, and 128 MiB that old readers may keep alive (defaults:
+//! 256 MiB, 256 MiB / 1 GiB, 64 MiB, 1 GiB); with
 //! `--hold-reader`, one read transaction is held open and read at every
 //! report: when it has expired (`SnapshotTooOld`, the memory it kept
 //! alive past `reader_pinned_bytes`) it is dropped and a new one begun.
@@ -26,6 +27,17 @@ fn rss_mib() -> u64 {
         .map_or(0, |pages| (pages * 4096) >> 20)
 }
 
+/// The most the process was resident (`VmHWM`), MiB.
+fn peak_mib() -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            let line = s.lines().find(|l| l.starts_with("VmHWM:"))?;
+            line.split_whitespace().nth(1)?.parse::<u64>().ok()
+        })
+        .map_or(0, |kib| kib >> 10)
+}
+
 fn main() -> Result<(), DbError> {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let rounds: u32 = args.iter().find_map(|a| a.parse().ok()).unwrap_or(30_000);
@@ -38,6 +50,7 @@ fn main() -> Result<(), DbError> {
             .cache_bytes(64 << 20)
             .checkpoint_dirty_bytes(16 << 20)
             .backpressure_dirty_bytes(64 << 20)
+            .fold_bytes(16 << 20)
             .reader_pinned_bytes(128 << 20);
     }
     let db = builder.create(&dir)?;
@@ -72,8 +85,9 @@ fn main() -> Result<(), DbError> {
             }
             let s = db.stats();
             println!(
-                "round {round:>6}: rss {:>5} MiB, memtables {:>4} MiB, cache {:>4} MiB, {:>3} checkpoints, {:>7} pages in the file, pinned by readers {:>4} MiB{held}",
+                "round {round:>6}: rss {:>5} MiB (peak {:>5}), memtables {:>4} MiB, cache {:>4} MiB, {:>3} checkpoints, {:>7} pages in the file, pinned by readers {:>4} MiB{held}",
                 rss_mib(),
+                peak_mib(),
                 s.dirty_bytes >> 20,
                 s.cache.cached_bytes >> 20,
                 s.checkpoints,

@@ -68,6 +68,8 @@ struct Counts {
     checkpoints: u64,
     /// Checkpoints the background thread took.
     background_checkpoints: u64,
+    /// Parts checkpoints wrote before their last (`fold_bytes`).
+    fold_parts: u64,
 }
 
 enum Stop {
@@ -277,8 +279,10 @@ fn run_seed(seed: u64, c: &mut Counts) -> Result<(), String> {
         if let Ok(t) = db.tree_stats() {
             c.max_depth = c.max_depth.max(t.depth);
         }
-        let taken = db.stats().checkpoints;
+        let stats = db.stats();
+        let taken = stats.checkpoints;
         c.checkpoints += taken;
+        c.fold_parts += stats.fold_parts;
         c.background_checkpoints += taken.saturating_sub(explicit);
         if matches!(stop, Stop::Crashed) && !sim.is_down() {
             // A failed sync stopped the store (fail-stop), not a crash.
@@ -352,5 +356,6 @@ fn store_survives_crashes() {
         assert!(c.in_doubt_applied > 0 && c.in_doubt_dropped > 0, "{c:?}");
         assert!(c.eventual_kept > 0 && c.eventual_lost > 0, "{c:?}");
         assert!(c.background_checkpoints >= 500, "{c:?}");
+        assert!(c.fold_parts >= 500, "{c:?}");
     }
 }

@@ -72,13 +72,18 @@ impl Layer {
 
     /// Fold every change (the newest version of each key) into `tm`: the
     /// dropped tables' key ranges first, then the rest, in key order, in
-    /// batches (the tree copies a node once per fold, not per batch).
-    pub(crate) fn fold_into(
+    /// batches of up to `batch` changes (the tree copies a node once per
+    /// fold, not per batch). `after` runs after each batch: there the
+    /// checkpoint writes out what the fold changed so far when it outgrew
+    /// its memory budget (`Options::fold_bytes`).
+    pub(crate) fn fold_into<E: From<BtreeError>>(
         &self,
         tm: &mut TreeMut,
         src: &PageCache,
         fork: Option<&dyn Fork>,
-    ) -> Result<(), BtreeError> {
+        batch: usize,
+        after: &mut dyn FnMut(&mut TreeMut) -> Result<(), E>,
+    ) -> Result<(), E> {
         let mut drops = lock(&self.drops).clone();
         drops.sort_unstable();
         for &id in &drops {
@@ -91,9 +96,10 @@ impl Layer {
                 )?,
                 None => tm.remove_range(src, Bound::Included(&start[..]), Bound::Unbounded)?,
             };
+            after(tm)?;
         }
-        const BATCH: usize = 4096;
-        let mut run: Vec<Change<'_>> = Vec::with_capacity(BATCH);
+        let batch = batch.max(1);
+        let mut run: Vec<Change<'_>> = Vec::with_capacity(batch);
         for (key, value) in self.mem.range(Bound::Unbounded, Bound::Unbounded, Lsn::MAX) {
             let id = key
                 .get(..4)
@@ -109,12 +115,14 @@ impl Layer {
                 },
                 None => Change::Remove(key),
             });
-            if run.len() == BATCH {
+            if run.len() == batch {
                 tm.apply(src, &run, fork)?;
                 run.clear();
+                after(tm)?;
             }
         }
-        tm.apply(src, &run, fork)
+        tm.apply(src, &run, fork)?;
+        Ok(())
     }
 }
 

@@ -103,6 +103,11 @@ pub struct Options {
     /// active one and one being folded by a checkpoint) reach this many
     /// bytes: with `cache_bytes`, this bounds the store's memory.
     pub backpressure_dirty_bytes: u64,
+    /// A checkpoint writes the pages its fold changed whenever they reach
+    /// about this many bytes in memory, then folds on: bounds a
+    /// checkpoint's memory (a fold of random keys changes nearly every
+    /// leaf, whatever the memtable's size).
+    pub fold_bytes: u64,
     /// Run checkpoints in a background thread (otherwise only writers'
     /// backpressure, [`Database::checkpoint`] and `close` do).
     pub background_checkpoints: bool,
@@ -130,6 +135,7 @@ impl Default for Options {
             backpressure_journal_bytes: 256 << 20,
             checkpoint_dirty_bytes: 256 << 20,
             backpressure_dirty_bytes: 1 << 30,
+            fold_bytes: 64 << 20,
             background_checkpoints: true,
             reader_pinned_bytes: 1 << 30,
             journal: JournalOptions::default(),
@@ -178,6 +184,12 @@ impl Builder {
     /// Writers checkpoint themselves past this many bytes of changed pages.
     pub fn backpressure_dirty_bytes(mut self, bytes: u64) -> Self {
         self.options.backpressure_dirty_bytes = bytes;
+        self
+    }
+    /// A checkpoint writes its fold's changed pages whenever they reach
+    /// this many bytes.
+    pub fn fold_bytes(mut self, bytes: u64) -> Self {
+        self.options.fold_bytes = bytes;
         self
     }
     /// Whether a background thread checkpoints.
@@ -245,6 +257,9 @@ pub struct Stats {
     pub checkpoints: u64,
     pub checkpoint_pages: u64,
     pub checkpoint_ms: f64,
+    /// Parts checkpoints wrote before their last: each time a fold's
+    /// changed pages reached `fold_bytes`.
+    pub fold_parts: u64,
     /// Transactions committed (with a record) since open.
     pub commits: u64,
     /// Groups of blind transactions committed together by one leader
@@ -301,9 +316,10 @@ impl Database {
             || options.backpressure_journal_bytes == 0
             || options.checkpoint_dirty_bytes == 0
             || options.backpressure_dirty_bytes == 0
+            || options.fold_bytes == 0
         {
             return Err(DbError::BadOptions(
-                "checkpoint and backpressure byte counts must be above 0".into(),
+                "checkpoint, backpressure and fold byte counts must be above 0".into(),
             ));
         }
         PageSize::new(options.page_size).map_err(|e| DbError::BadOptions(e.to_string()))?;
@@ -374,6 +390,7 @@ impl Database {
             checkpoints: c.checkpoints.load(Ordering::Relaxed),
             checkpoint_pages: c.checkpoint_pages.load(Ordering::Relaxed),
             checkpoint_ms: c.checkpoint_us.load(Ordering::Relaxed) as f64 / 1000.0,
+            fold_parts: c.fold_parts.load(Ordering::Relaxed),
             commits: c.commits.load(Ordering::Relaxed),
             commit_groups: c.groups.load(Ordering::Relaxed),
             grouped_commits: c.grouped_commits.load(Ordering::Relaxed),

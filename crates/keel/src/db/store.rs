@@ -23,7 +23,7 @@ use super::view::Published;
 use super::{Durability, Options};
 use crate::btree::{
     detach_clean, reserve_pages, Fork, Location, PageCache, PageNo, PageSize, Placed, Tree,
-    FIRST_TREE_PAGE, MAX_PAGE_BYTES, MIN_PAGE_BYTES,
+    TreeMut, FIRST_TREE_PAGE, MAX_PAGE_BYTES, MIN_PAGE_BYTES,
 };
 use crate::io::{self, LockGuard, OpenMode, OpenOptions, SyncKind, Vfs, VfsFile};
 use crate::journal::{CommitHandle, Journal, JournalOptions, Lsn, RecoveryMode};
@@ -170,6 +170,25 @@ impl Space {
     }
 }
 
+/// A checkpoint's page writes, across the parts of its fold.
+struct Writing<'s> {
+    /// The generation of the tree the checkpoint makes.
+    gen: u64,
+    /// The data file's pages, with those the checkpoint added.
+    page_count: u64,
+    out: PageWriter<'s>,
+    /// Pages handed to `out`.
+    pages: u64,
+    /// Parts written before the last (the fold outgrew `fold_bytes`).
+    parts: u64,
+}
+
+/// Changes per fold batch, at least and at most (with `fold_bytes` of a
+/// page per change between the two): the checkpoint looks at the fold's
+/// memory between batches.
+const FOLD_MIN_BATCH: usize = 16;
+const FOLD_MAX_BATCH: usize = 4096;
+
 /// Checkpointer control.
 #[derive(Debug, Default)]
 struct CkptCtl {
@@ -185,6 +204,8 @@ pub(crate) struct Counters {
     pub checkpoints: AtomicU64,
     pub checkpoint_pages: AtomicU64,
     pub checkpoint_us: AtomicU64,
+    /// Parts checkpoints wrote before their last (`Options::fold_bytes`).
+    pub fold_parts: AtomicU64,
     pub commits: AtomicU64,
     pub groups: AtomicU64,
     pub grouped_commits: AtomicU64,
@@ -769,23 +790,27 @@ impl Shared {
         let old_tree = frozen.tree.clone();
         let layer = Arc::clone(frozen.frozen.as_ref().expect("frozen"));
         drop(frozen);
+        let mut run = self.start_writing();
         // The fold: only this thread changes this copy; no reader sees it
-        // before it is durable.
+        // before it is durable. Whenever the nodes it copied outgrow
+        // `fold_bytes`, they are written out and dropped from memory.
         let mut tm = old_tree.edit();
-        if let Err(e) = layer.fold_into(&mut tm, &self.cache, fork) {
+        let folded = self.fold(&layer, &mut tm, fork, &mut run);
+        if let Err(e) = folded {
             let why = self.set_poison(&format!("checkpoint: folding up to lsn {lsn}: {e}"));
             return Err(DbError::Poisoned(why));
         }
         let (tree, freed) = tm.finish();
         drop(old_tree);
-        let written = self.write_checkpoint(&tree, freed, lsn);
-        let (meta, list_pages, gen, cp) = match written {
+        let written = self.write_checkpoint(&mut run, &tree, freed, lsn);
+        let (meta, list_pages, placed) = match written {
             Ok(w) => w,
             Err(e) => {
                 let why = self.set_poison(&format!("checkpoint at lsn {lsn}: {e}"));
                 return Err(DbError::Poisoned(why));
             }
         };
+        let gen = run.gen;
         // The meta page is durable: readers may have the folded tree.
         let mut w = self.take_writer()?;
         let folded = w.base.folded(tree.clone());
@@ -808,16 +833,77 @@ impl Shared {
         }
         // Only now may the journal drop what the checkpoint covers.
         self.journal.release(lsn);
-        for (loc, node) in cp.nodes {
+        for (loc, node) in placed.nodes {
             self.cache.insert(loc, node);
         }
         detach_clean(&tree);
         let c = &self.counters;
         c.checkpoints.fetch_add(1, Ordering::Relaxed);
-        c.checkpoint_pages.fetch_add(cp.pages, Ordering::Relaxed);
+        c.checkpoint_pages.fetch_add(run.pages, Ordering::Relaxed);
+        c.fold_parts.fetch_add(run.parts, Ordering::Relaxed);
         c.checkpoint_us
             .fetch_add(started.elapsed().as_micros() as u64, Ordering::Relaxed);
         Ok(Some(lsn))
+    }
+
+    /// Fold `layer` into `tm`, writing out the nodes the fold changed so
+    /// far each time they reach `Options::fold_bytes`: a fold of random
+    /// keys copies nearly every leaf of the tree, many times the memtable's
+    /// own size, so without this a checkpoint's memory would grow with the
+    /// data file instead of staying within the budgets.
+    ///
+    /// A part written early is the finished left side of the tree plus the
+    /// path down to where the fold stands: later batches copy that path
+    /// (and now and then a left neighbour they merge with) again, which
+    /// frees the pages just written; the last part and the meta page
+    /// follow as in any checkpoint. No meta page names a part's pages
+    /// before the checkpoint completes, so a crash midway leaves the store
+    /// as the durable meta describes it.
+    fn fold(
+        &self,
+        layer: &Layer,
+        tm: &mut TreeMut,
+        fork: Option<&dyn Fork>,
+        run: &mut Writing<'_>,
+    ) -> Result<()> {
+        let ps = self.page_size.bytes() as u64;
+        let budget = self.options.fold_bytes.max(ps);
+        // A node copied since the last part either had a page (reported
+        // freed) or was made by a split: their count bounds the nodes the
+        // working copy holds in memory.
+        let copied = |tm: &TreeMut| tm.freed().len() as u64 + tm.created();
+        let mut mark = copied(tm);
+        let batch = usize::try_from(budget / ps).unwrap_or(usize::MAX);
+        layer.fold_into(
+            tm,
+            &self.cache,
+            fork,
+            batch.clamp(FOLD_MIN_BATCH, FOLD_MAX_BATCH),
+            &mut |tm: &mut TreeMut| -> Result<()> {
+                if (copied(tm) - mark) * ps < budget {
+                    return Ok(());
+                }
+                self.write_part(run, tm)?;
+                mark = copied(tm);
+                Ok(())
+            },
+        )
+    }
+
+    /// Write the nodes the working copy holds only in memory, then keep
+    /// only the path to its root in memory: the rest is on disk (and in
+    /// the page cache), where the fold loads it again if it needs it.
+    fn write_part(&self, run: &mut Writing<'_>, tm: &TreeMut) -> Result<()> {
+        let tree = tm.snapshot();
+        let placed = self.place(run, &tree)?;
+        run.out.flush()?;
+        run.parts += 1;
+        for (loc, node) in placed.nodes {
+            self.cache.insert(loc, node);
+        }
+        detach_clean(&tree);
+        // `tree` goes: the working copy owns its root alone again.
+        Ok(())
     }
 
     /// Under the writer slot: wait until everything the writer applied is
@@ -844,38 +930,72 @@ impl Shared {
         Ok(Some((lsn, base)))
     }
 
+    /// Begin a checkpoint's writes: the generation of the tree it makes
+    /// and the data file's size so far.
+    fn start_writing(&self) -> Writing<'_> {
+        let sp = lock(&self.space);
+        Writing {
+            gen: sp.durable_gen + 1,
+            page_count: sp.meta.page_count,
+            out: PageWriter::new(self.page_writes.as_ref(), self.page_size.bytes()),
+            pages: 0,
+            parts: 0,
+        }
+    }
+
+    /// A page for the checkpoint `run`: a free one, else one past the end
+    /// of the file.
+    fn allocate(&self, sp: &mut Space, run_pages: &mut u64, gen: u64) -> PageNo {
+        let page = match sp.free.pop_first() {
+            Some(p) => {
+                self.cache.invalidate(p);
+                p
+            }
+            None => {
+                *run_pages += 1;
+                *run_pages - 1
+            }
+        };
+        sp.set_born_after(page, gen);
+        page
+    }
+
+    /// Give the nodes `tree` holds only in memory pages, encode them and
+    /// hand them to the run's page writer.
+    fn place(&self, run: &mut Writing<'_>, tree: &Tree) -> Result<Placed> {
+        let plan = {
+            let mut sp = lock(&self.space);
+            let (gen, count) = (run.gen, &mut run.page_count);
+            reserve_pages(tree, &mut || self.allocate(&mut sp, count, gen))?
+        };
+        let out = &mut run.out;
+        let placed = plan.encode_with(&mut |page, bytes| out.push(page, bytes))?;
+        run.pages += placed.pages;
+        Ok(placed)
+    }
+
     /// Give the folded `tree`'s new nodes pages, write them and the new
     /// free list, sync, write the meta page for `lsn` and sync. Returns
-    /// the meta page, the free list's pages, the tree's generation and the
-    /// written plan.
+    /// the meta page, the free list's pages and the last part placed.
     fn write_checkpoint(
         &self,
+        run: &mut Writing<'_>,
         tree: &Tree,
         freed: Vec<PageNo>,
         lsn: Lsn,
-    ) -> Result<(Meta, Vec<PageNo>, u64, Placed)> {
+    ) -> Result<(Meta, Vec<PageNo>, Placed)> {
+        let gen = run.gen;
+        {
+            // Pages of the older tree that the fold replaced (and pages of
+            // this checkpoint's early parts that the fold copied again):
+            // readers of an older tree, and the durable meta, may still
+            // reach the former.
+            let mut sp = lock(&self.space);
+            sp.pending.extend(freed.into_iter().map(|p| (gen, p)));
+            self.reclaim(&mut sp);
+        }
+        let placed = self.place(run, tree)?;
         let mut sp = lock(&self.space);
-        let gen = sp.durable_gen + 1;
-        // Pages of the older tree that the fold replaced: readers of an
-        // older tree, and the durable meta, may still reach them.
-        sp.pending.extend(freed.into_iter().map(|p| (gen, p)));
-        self.reclaim(&mut sp);
-        let mut page_count = sp.meta.page_count;
-        let mut alloc = |sp: &mut Space| -> PageNo {
-            let page = match sp.free.pop_first() {
-                Some(p) => {
-                    self.cache.invalidate(p);
-                    p
-                }
-                None => {
-                    page_count += 1;
-                    page_count - 1
-                }
-            };
-            sp.set_born_after(page, gen);
-            page
-        };
-        let plan = reserve_pages(tree, &mut || alloc(&mut sp))?;
         // The new meta's free list: what is free now, what the folds up to
         // this one freed (readers do not survive a restart), and the pages
         // of the old list. None of these may be reused before the new meta
@@ -884,7 +1004,7 @@ impl Shared {
             + sp.pending.iter().filter(|(g, _)| *g <= gen).count()
             + sp.freelist_pages.len();
         let list_pages: Vec<PageNo> = (0..freelist::pages_needed(self.page_size, upper))
-            .map(|_| alloc(&mut sp))
+            .map(|_| self.allocate(&mut sp, &mut run.page_count, gen))
             .collect();
         let mut listed: Vec<PageNo> = sp.free.iter().copied().collect();
         listed.extend(
@@ -899,17 +1019,15 @@ impl Shared {
         drop(sp);
         // Pages, then sync, then the meta page, then sync: the meta never
         // reaches the disk before the pages it refers to.
-        let mut out = PageWriter::new(self.page_writes.as_ref(), self.page_size.bytes());
-        let mut placed = plan.encode_with(&mut |page, bytes| out.push(page, bytes))?;
         let (list_writes, list_first) =
             freelist::encode_chain(self.page_size, &list_pages, &listed);
         for (page, bytes) in &list_writes {
-            out.push(*page, bytes)?;
+            run.out.push(*page, bytes)?;
         }
-        out.flush()?;
-        placed.pages += list_writes.len() as u64;
+        run.out.flush()?;
+        run.pages += list_writes.len() as u64;
         debug_assert_eq!(
-            placed.pages, out.written,
+            run.pages, run.out.written,
             "every page handed out is written"
         );
         self.data.sync(SyncKind::Data)?;
@@ -921,7 +1039,7 @@ impl Shared {
                 page: l.page,
                 crc: l.crc,
             }),
-            page_count,
+            page_count: run.page_count,
             freelist: list_first.map_or(PageRef::default(), |l| PageRef {
                 page: l.page,
                 crc: l.crc,
@@ -930,7 +1048,7 @@ impl Shared {
             journal_id: old_meta.journal_id,
         };
         self.write_meta(&meta)?;
-        Ok((meta, list_pages, gen, placed))
+        Ok((meta, list_pages, placed))
     }
 
     /// Move pending pages to free where the rule allows: freed by a fold

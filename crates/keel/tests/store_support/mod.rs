@@ -23,7 +23,8 @@ pub type Tables = BTreeMap<String, BTreeMap<Vec<u8>, Vec<u8>>>;
 pub const TABLES: [&str; 4] = ["alpha", "beta", "gamma", "delta"];
 
 /// Options for tests: small journal segments (so checkpoints recycle
-/// them), no background thread (checkpoints come from the workload).
+/// them), no background thread (checkpoints come from the workload), and
+/// folds written in parts of a few pages (crashes land between parts).
 pub fn builder(vfs: Arc<dyn Vfs>) -> Builder {
     Database::builder()
         .vfs(vfs)
@@ -32,6 +33,7 @@ pub fn builder(vfs: Arc<dyn Vfs>) -> Builder {
             ..JournalOptions::default()
         })
         .cache_bytes(256 << 10)
+        .fold_bytes(32 << 10)
         .background_checkpoints(false)
         .backpressure_journal_bytes(1 << 20)
 }

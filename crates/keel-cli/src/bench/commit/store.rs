@@ -149,6 +149,7 @@ fn options_json(db: &Database) -> serde_json::Value {
         "backpressure_journal_bytes": o.backpressure_journal_bytes,
         "checkpoint_dirty_bytes": o.checkpoint_dirty_bytes,
         "backpressure_dirty_bytes": o.backpressure_dirty_bytes,
+        "fold_bytes": o.fold_bytes,
         "reader_pinned_bytes": o.reader_pinned_bytes,
         "background_checkpoints": o.background_checkpoints,
         "segment_bytes": db.journal().options().segment_size_bytes,
@@ -164,6 +165,7 @@ fn stats_json(before: &Stats, after: &Stats) -> serde_json::Value {
         "checkpoints": after.checkpoints - before.checkpoints,
         "checkpoint_pages": after.checkpoint_pages - before.checkpoint_pages,
         "checkpoint_ms": round(after.checkpoint_ms - before.checkpoint_ms, 1),
+        "fold_parts": after.fold_parts - before.fold_parts,
         "store_commits": after.commits - before.commits,
         "commit_groups": after.commit_groups - before.commit_groups,
         "commits_per_group": round(
