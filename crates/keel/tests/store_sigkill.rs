@@ -39,6 +39,8 @@ fn builder() -> Builder {
         .checkpoint_journal_bytes(96 << 10)
         .checkpoint_interval(Some(Duration::from_millis(5)))
         .cache_bytes(1 << 20)
+        // Folds in parts of a few pages: kills land between parts too.
+        .fold_bytes(32 << 10)
 }
 
 fn key(t: u32, c: u64, i: usize) -> Vec<u8> {
