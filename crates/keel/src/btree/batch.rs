@@ -22,7 +22,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use super::cache::PageSource;
-use super::leaf::{OverflowValue, ValueRef};
+use super::leaf::{Merge, OverflowValue, ValueRef};
 use super::node::{Body, Branch, Node};
 use super::read::{self, load_at_level};
 use super::tree::TreeMut;
@@ -152,6 +152,12 @@ impl Batch<'_, '_> {
         changes: &[u32],
         changed: &mut bool,
     ) -> Result<(), BtreeError> {
+        if changes.len() >= GROUP_MIN_CHANGES && node.as_branch().is_some() {
+            // Shared out down the child's subtree, as on one thread.
+            *changed = true;
+            let n = w.make_mut(node);
+            return w.apply_grouped(n, self.changes, changes);
+        }
         for &c in changes {
             match self.changes[c as usize] {
                 Change::Put { key, value, shared } => {
@@ -213,8 +219,13 @@ impl Writer<'_> {
         let (indices, runs) = by_child(b, changes, picked);
         let mut changed = Vec::with_capacity(runs.len());
         for (child, run) in runs {
-            let node = self.child_mut(b, child)?;
-            self.apply_grouped(node, changes, &indices[run])?;
+            let run = &indices[run];
+            if b.level() == 1 && ascending(changes, run) {
+                self.merge_leaf(b, child, changes, run)?;
+            } else {
+                let node = self.child_mut(b, child)?;
+                self.apply_grouped(node, changes, run)?;
+            }
             changed.push(child);
         }
         // Every child has all its changes before any is fixed: fixing one
@@ -225,6 +236,79 @@ impl Writer<'_> {
         }
         Ok(())
     }
+}
+
+impl Writer<'_> {
+    /// Apply `changes[i]` for each `i` of `picked` (keys strictly
+    /// ascending) to leaf child `i` of `b` by building the changed leaf in
+    /// one pass (`Leaf::merged`) instead of copying it and changing the
+    /// copy one key at a time. The old leaf's page, and the pages of the
+    /// overflow values it no longer holds, are reported freed, as
+    /// [`Writer::child_mut`] and [`Writer::insert`] would.
+    fn merge_leaf(
+        &mut self,
+        b: &mut Branch,
+        i: usize,
+        changes: &[Change<'_>],
+        picked: &[u32],
+    ) -> Result<(), BtreeError> {
+        let (loc, mem) = b.child_mut(i).parts_mut();
+        let node = match mem.take() {
+            Some(n) => n,
+            None => {
+                let at = loc.expect("a child is in memory or on disk");
+                load_at_level(self.src, at, 0)?
+            }
+        };
+        let Body::Leaf(old) = node.body() else {
+            unreachable!("a branch of level 1 has leaves for children")
+        };
+        let max_inline = self.page_size.max_inline_value_bytes();
+        let big: Vec<Option<Arc<OverflowValue>>> = picked
+            .iter()
+            .map(|&c| match changes[c as usize] {
+                Change::Put { value, shared, .. } if value.len() > max_inline => {
+                    Some(Arc::new(match shared {
+                        Some(bytes) => OverflowValue::shared(Arc::clone(bytes)),
+                        None => OverflowValue::in_memory(value),
+                    }))
+                }
+                _ => None,
+            })
+            .collect();
+        let merges: Vec<Merge<'_>> = picked
+            .iter()
+            .zip(&big)
+            .map(|(&c, big)| match changes[c as usize] {
+                Change::Put { key, value, .. } => Merge::Put(
+                    key,
+                    match big {
+                        Some(o) => ValueRef::Overflow(o),
+                        None => ValueRef::Inline(value),
+                    },
+                ),
+                Change::Remove(key) => Merge::Remove(key),
+            })
+            .collect();
+        let (leaf, dropped) = old.merged(&merges);
+        for value in &dropped {
+            self.free_overflow(value)?;
+        }
+        if let Some(page) = node.page() {
+            self.freed.push(page);
+        }
+        loc.take();
+        *mem = Some(Arc::new(Node::new(Body::Leaf(leaf))));
+        Ok(())
+    }
+}
+
+/// Whether the keys of `changes[i]` for each `i` of `picked` are strictly
+/// ascending (a checkpoint's fold: sorted, each key once).
+fn ascending(changes: &[Change<'_>], picked: &[u32]) -> bool {
+    picked
+        .windows(2)
+        .all(|w| changes[w[0] as usize].key() < changes[w[1] as usize].key())
 }
 
 /// `picked` (indices into `changes`) shared out among `b`'s children by

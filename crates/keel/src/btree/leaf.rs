@@ -137,6 +137,30 @@ impl ValueRef<'_> {
     }
 }
 
+/// One change for [`Leaf::merged`].
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Merge<'a> {
+    Put(&'a [u8], ValueRef<'a>),
+    Remove(&'a [u8]),
+}
+
+impl Merge<'_> {
+    fn key(&self) -> &[u8] {
+        match self {
+            Merge::Put(k, _) | Merge::Remove(k) => k,
+        }
+    }
+
+    /// The arena bytes the change adds at most.
+    fn arena_bytes(&self) -> usize {
+        match self {
+            Merge::Put(k, ValueRef::Inline(v)) => k.len() + v.len(),
+            Merge::Put(k, ValueRef::Overflow(_)) => k.len() + OVERFLOW_INDEX_BYTES,
+            Merge::Remove(_) => 0,
+        }
+    }
+}
+
 /// [`Slot::value`] of an entry whose value is in overflow pages: the
 /// arena then holds, after the key, the value's index in
 /// [`Leaf::overflow`] as 4 little-endian bytes. Inline values are at most
@@ -423,6 +447,63 @@ impl Leaf {
         };
         self.compact_if_needed();
         freed
+    }
+
+    /// The leaf with `changes` applied, built in one pass over both: the
+    /// changes' keys must be strictly ascending. Returns the new leaf and
+    /// the overflow values it no longer holds (replaced or removed).
+    ///
+    /// Why: a checkpoint's fold lands some 15 sorted changes in each leaf
+    /// of a large tree; copying the leaf and then searching and inserting
+    /// one change at a time (each a binary search over a cold leaf and a
+    /// shift of the slots) was most of the fold's time.
+    pub(crate) fn merged(&self, changes: &[Merge<'_>]) -> (Leaf, Vec<Arc<OverflowValue>>) {
+        debug_assert!(changes.windows(2).all(|w| w[0].key() < w[1].key()));
+        let added: usize = changes.iter().map(Merge::arena_bytes).sum();
+        let live = self.arena.len() - self.arena.garbage;
+        let mut out = Leaf::with_capacity(self.len() + changes.len(), live + added);
+        let mut dropped = Vec::new();
+        let mut i = 0;
+        for change in changes {
+            let key = change.key();
+            let prefix = key_prefix(key);
+            while let Some(&s) = self.slots.get(i) {
+                let stored = || self.arena.slice(s.off, usize::from(s.key_len));
+                match cmp_prefixed(s.prefix, stored, key, prefix) {
+                    std::cmp::Ordering::Less => {
+                        out.push_from(self, i);
+                        i += 1;
+                    }
+                    std::cmp::Ordering::Equal => {
+                        if let ValueRef::Overflow(o) = self.value(i) {
+                            dropped.push(Arc::clone(o));
+                        }
+                        i += 1;
+                        break;
+                    }
+                    std::cmp::Ordering::Greater => break,
+                }
+            }
+            if let Merge::Put(key, value) = *change {
+                out.push(key, value);
+            }
+        }
+        for i in i..self.len() {
+            out.push_from(self, i);
+        }
+        (out, dropped)
+    }
+
+    /// Append entry `i` of `other`, whose key sorts after every key here.
+    fn push_from(&mut self, other: &Leaf, i: usize) {
+        let s = other.slots[i];
+        if s.is_overflow() {
+            return self.push(other.key(i), other.value(i));
+        }
+        // Key and inline value are contiguous: one copy.
+        let off = self.arena.push(other.arena.slice(s.off, s.arena_bytes()));
+        self.encoded_bytes += s.cell_bytes();
+        self.slots.push(Slot { off, ..s });
     }
 
     /// Move entries `at..` into a new leaf.

@@ -5,7 +5,9 @@
 //! so that later operations read through a page cache far smaller than the
 //! tree. Every checkpoint also checks that the pages the writer reported
 //! freed are exactly those the tree stopped using. Batches of puts and
-//! removes go through `TreeMut::apply` on two threads.
+//! removes go through `TreeMut::apply` on two threads or one, some sorted
+//! with each key once (as a checkpoint's fold gives them: leaves are then
+//! rebuilt by merging, `Leaf::merged`).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::ops::Bound::{self, Excluded, Included, Unbounded};
@@ -47,10 +49,11 @@ enum Op {
     },
     /// Puts (`Some(len)`) and removes (`None`), applied at once on two
     /// threads, or on one (shared out down the tree); a key may appear
-    /// more than once.
+    /// more than once, unless `sorted` (then in key order, each once).
     Batch {
         changes: Vec<(u16, Option<usize>)>,
         one_thread: bool,
+        sorted: bool,
     },
     Snapshot,
     DropSnapshot,
@@ -82,8 +85,9 @@ fn op() -> impl Strategy<Value = Op> {
                     0..120,
                 ),
                 any::<bool>(),
+                any::<bool>(),
             )
-            .prop_map(|(changes, one_thread)| Op::Batch { changes, one_thread }),
+            .prop_map(|(changes, one_thread, sorted)| Op::Batch { changes, one_thread, sorted }),
         2 => Just(Op::Snapshot),
         2 => Just(Op::DropSnapshot),
         3 => any::<bool>().prop_map(|reopen| Op::Checkpoint { reopen }),
@@ -180,7 +184,17 @@ impl Run {
             Op::Batch {
                 ref changes,
                 one_thread,
-            } => self.batch(changes, one_thread),
+                sorted,
+            } => {
+                if sorted {
+                    // Each key's last change, in key order.
+                    let last: BTreeMap<u16, Option<usize>> = changes.iter().copied().collect();
+                    let changes: Vec<(u16, Option<usize>)> = last.into_iter().collect();
+                    self.batch(&changes, one_thread)
+                } else {
+                    self.batch(changes, one_thread)
+                }
+            }
             Op::Snapshot => {
                 if self.snapshots.len() < 3 {
                     self.snapshots

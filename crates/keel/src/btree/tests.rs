@@ -592,3 +592,55 @@ fn pages_in_memory(node: &Arc<Node>, out: &mut BTreeSet<PageNo>) {
         }
     }
 }
+
+/// The cost of a checkpoint's fold in the store's benchmark shape: a tree
+/// of 500,000 random 12-byte keys with 100-byte values, checkpointed (on
+/// disk, in a 256 MiB cache), then 500,000 more sorted random puts applied
+/// in batches of 4,096 on one thread, as `Layer::fold_into` does. Prints
+/// ns per put, for the fold and for the checkpoint that follows (encoding
+/// and writing to the simulated file). The tree grows every round, and on
+/// these VMs most of both figures is the kernel faulting in fresh memory
+/// (`perf`: ~60% `clear_page_erms`). Run with `--ignored --nocapture`.
+#[test]
+#[ignore = "a measurement, not a check"]
+fn measure_fold() {
+    use rand::{Rng, SeedableRng};
+    use std::time::Instant;
+    let mut rng = rand::rngs::SmallRng::seed_from_u64(3);
+    let mut disk = Disk::new(PS, 256 << 20);
+    let sorted = |rng: &mut rand::rngs::SmallRng, n: usize| {
+        let mut keys: Vec<[u8; 12]> = (0..n).map(|_| rng.random()).collect();
+        keys.sort_unstable();
+        keys.dedup();
+        keys
+    };
+    let value = [7u8; 100];
+    let mut tree = Tree::new(PS);
+    for round in 0..3 {
+        let keys = sorted(&mut rng, 500_000);
+        let changes: Vec<Change<'_>> = keys
+            .iter()
+            .map(|k| Change::Put {
+                key: k,
+                value: &value,
+                shared: None,
+            })
+            .collect();
+        let t = Instant::now();
+        let mut tm = tree.edit();
+        for batch in changes.chunks(4096) {
+            tm.apply(&disk.cache, batch, None).unwrap();
+        }
+        tree = tm.finish().0;
+        let fold = t.elapsed();
+        let t = Instant::now();
+        disk.checkpoint(&tree);
+        let write = t.elapsed();
+        println!(
+            "round {round}: fold {} ns per put, checkpoint {} ns per put ({} puts)",
+            fold.as_nanos() / keys.len() as u128,
+            write.as_nanos() / keys.len() as u128,
+            keys.len()
+        );
+    }
+}
