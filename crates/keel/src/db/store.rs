@@ -810,8 +810,29 @@ impl Shared {
                 return Err(DbError::Poisoned(why));
             }
         };
-        let gen = run.gen;
-        // The meta page is durable: readers may have the folded tree.
+        self.adopt(&tree, layer, run.gen, (meta, list_pages, placed), lsn)?;
+        let c = &self.counters;
+        c.checkpoints.fetch_add(1, Ordering::Relaxed);
+        c.checkpoint_pages.fetch_add(run.pages, Ordering::Relaxed);
+        c.fold_parts.fetch_add(run.parts, Ordering::Relaxed);
+        c.checkpoint_us
+            .fetch_add(started.elapsed().as_micros() as u64, Ordering::Relaxed);
+        Ok(Some(lsn))
+    }
+
+    /// The checkpoint's meta page is durable: make the folded `tree` (of
+    /// generation `gen`) the base of the writer and of new readers in
+    /// place of the folded memtable `layer`, adopt the meta page and its
+    /// free list, release the journal up to `lsn`, and keep the written
+    /// nodes in the page cache only.
+    fn adopt(
+        &self,
+        tree: &Tree,
+        layer: Arc<Layer>,
+        gen: u64,
+        (meta, list_pages, placed): (Meta, Vec<PageNo>, Placed),
+        lsn: Lsn,
+    ) -> Result<()> {
         let mut w = self.take_writer()?;
         let folded = w.base.folded(tree.clone());
         debug_assert_eq!(folded.gen, gen);
@@ -836,14 +857,8 @@ impl Shared {
         for (loc, node) in placed.nodes {
             self.cache.insert(loc, node);
         }
-        detach_clean(&tree);
-        let c = &self.counters;
-        c.checkpoints.fetch_add(1, Ordering::Relaxed);
-        c.checkpoint_pages.fetch_add(run.pages, Ordering::Relaxed);
-        c.fold_parts.fetch_add(run.parts, Ordering::Relaxed);
-        c.checkpoint_us
-            .fetch_add(started.elapsed().as_micros() as u64, Ordering::Relaxed);
-        Ok(Some(lsn))
+        detach_clean(tree);
+        Ok(())
     }
 
     /// Fold `layer` into `tm`, writing out the nodes the fold changed so
