@@ -783,10 +783,31 @@ impl MemWriter<'_> {
             l.len.store(len + 1, Ordering::Release);
             return;
         }
+        Self::split_leaf(mem, &path[..depth], node, len, probe.head, entry, &guard);
+    }
+
+    /// Insert `head` and `entry` into the full leaf `node` (at the end of
+    /// `path`, the inner nodes above it and the child taken in each): two
+    /// sorted leaves replace it, and the change is carried up, copying
+    /// each parent that splits in turn, until a node takes it in place or
+    /// a new root does. The nodes replaced are retired under `guard`.
+    fn split_leaf<'g>(
+        mem: &MemTable,
+        path: &[(Shared<'g, Node>, usize)],
+        node: Shared<'g, Node>,
+        len: usize,
+        head: Head,
+        entry: *const Entry,
+        guard: &'g Guard,
+    ) {
+        // SAFETY: only the one writer changes nodes, and `node` (reached
+        // from the root under `guard`) is retired only below.
+        let l = unsafe { node.deref() };
+        let mut depth = path.len();
         // Split the full leaf into two sorted ones.
         let mut slots = l.sorted_slots(len);
-        let at = slots.partition_point(|s| slot_cmp(s, &(probe.head, entry)).is_lt());
-        slots.insert(at, (probe.head, entry));
+        let at = slots.partition_point(|s| slot_cmp(s, &(head, entry)).is_lt());
+        slots.insert(at, (head, entry));
         let half = slots.len() / 2;
         let right = Node::sorted_leaf(&slots[half..]);
         let mut up = Up {
@@ -806,8 +827,8 @@ impl MemWriter<'_> {
                     None => up.node,
                     Some((head, sep, right)) => {
                         let mut r = Node::inner();
-                        let left = up.node.into_shared(&guard);
-                        let right = right.into_shared(&guard);
+                        let left = up.node.into_shared(guard);
+                        let right = right.into_shared(guard);
                         r.insert_child(0, Head::default(), ptr::null(), left);
                         r.insert_child(1, head, sep, right);
                         Owned::new(r)
@@ -828,10 +849,10 @@ impl MemWriter<'_> {
                 }
                 Some((head, sep, right)) => {
                     let plen = p.len.load(Ordering::Relaxed);
-                    let mut n = p.copy_inner(0, plen, &guard);
+                    let mut n = p.copy_inner(0, plen, guard);
                     n.children.as_mut().expect("inner")[i] = Atomic::from(up.node);
-                    let right = right.into_shared(&guard);
-                    up = Self::put_child(n, i + 1, head, sep, right, &guard);
+                    let right = right.into_shared(guard);
+                    up = Self::put_child(n, i + 1, head, sep, right, guard);
                     replaced[retired] = parent;
                     retired += 1;
                 }
