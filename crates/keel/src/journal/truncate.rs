@@ -9,9 +9,7 @@ use std::sync::Arc;
 use super::leader::wait_batch;
 use super::scan::{self, ChainCursor};
 use super::segments::{ReadySegment, SegmentSpec};
-use super::writer::{
-    install_room, install_slab, new_salt, poison_all, retire, SegMeta, Shared, State,
-};
+use super::writer::{install_room, install_slab, new_salt, poison_all, retire, Shared, State};
 use super::{JournalError, Lsn};
 use crate::io::{AlignedBuf, VfsFile};
 
@@ -106,53 +104,11 @@ fn truncate_quiet(shared: &Shared, st: &mut State, lsn: Lsn) -> Result<(), Journ
     // A crash part-way then leaves an intact prefix of the old chain followed
     // only by zeros: never a stale record beyond a zeroed gap, where a later
     // epoch's appends could run into it and take it as their continuation.
-    let result = (|| -> Result<(), JournalError> {
-        let active_pos = st.pos;
-        let later: Vec<SegMeta> = st.segments[idx..].to_vec();
-
-        for (i, seg) in later.iter().enumerate().rev() {
-            let file = if seg.seq == st.active.seq {
-                Arc::clone(&st.active.file)
-            } else {
-                shared.spec.open(shared.vfs.as_ref(), seg.seq)?.file
-            };
-            let start = if i == 0 { cut_block } else { block as u64 };
-            // In the active segment, past the append position too: a torn
-            // write of an earlier life may have left records there, of the
-            // epoch that the cut chain now ends in.
-            let end = if seg.seq == st.active.seq {
-                let reach = shared.spec.torn_reach_bytes;
-                (active_pos + reach).min(shared.spec.segment_size)
-            } else {
-                shared.spec.segment_size
-            };
-            let end = end.div_ceil(block as u64) * block as u64;
-            zero_durably(
-                &shared.spec,
-                file.as_ref(),
-                start,
-                end,
-                if i == 0 { &tail } else { &[] },
-            )?;
-        }
-        Ok(())
-    })();
-    result?;
+    zero_from_cut(shared, st, idx, cut_block, &tail)?;
     // Later segments become spares again (their headers are intact). Open
     // every file before changing any state: a failure poisons the journal,
     // which must still be consistent.
-    let reopened = (|| -> Result<(VecDeque<ReadySegment>, ReadySegment), JournalError> {
-        let mut spares = VecDeque::new();
-        for seg in &st.segments[idx + 1..] {
-            if seg.seq == st.active.seq {
-                spares.push_back(st.active.clone());
-            } else {
-                spares.push_back(shared.spec.open(shared.vfs.as_ref(), seg.seq)?);
-            }
-        }
-        Ok((spares, shared.spec.open(shared.vfs.as_ref(), seq)?))
-    })();
-    let (mut spares, active) = reopened?;
+    let (mut spares, active) = reopen_from(shared, st, idx)?;
     st.segments.truncate(idx + 1);
     spares.extend(st.spares.drain(..));
     st.spares = spares;
@@ -174,6 +130,66 @@ fn truncate_quiet(shared: &Shared, st: &mut State, lsn: Lsn) -> Result<(), Journ
     st.epoch_start_pending = true;
     shared.durable_lsn.store(lsn, Ordering::Release);
     Ok(())
+}
+
+/// Zero segment `idx` from `cut_block` (writing `tail`, the cut block's
+/// bytes before the cut, first) and every later segment from its first
+/// block, to the end of what may have been written, last segment first.
+fn zero_from_cut(
+    shared: &Shared,
+    st: &State,
+    idx: usize,
+    cut_block: u64,
+    tail: &[u8],
+) -> Result<(), JournalError> {
+    let block = shared.spec.block_size as u64;
+    for (i, seg) in st.segments[idx..].iter().enumerate().rev() {
+        let file = if seg.seq == st.active.seq {
+            Arc::clone(&st.active.file)
+        } else {
+            shared.spec.open(shared.vfs.as_ref(), seg.seq)?.file
+        };
+        let start = if i == 0 { cut_block } else { block };
+        // In the active segment, past the append position too: a torn
+        // write of an earlier life may have left records there, of the
+        // epoch that the cut chain now ends in.
+        let end = if seg.seq == st.active.seq {
+            let reach = shared.spec.torn_reach_bytes;
+            (st.pos + reach).min(shared.spec.segment_size)
+        } else {
+            shared.spec.segment_size
+        };
+        let end = end.div_ceil(block) * block;
+        zero_durably(
+            &shared.spec,
+            file.as_ref(),
+            start,
+            end,
+            if i == 0 { tail } else { &[] },
+        )?;
+    }
+    Ok(())
+}
+
+/// The segments after segment `idx`, opened as spares, and segment `idx`
+/// opened to become the active one.
+fn reopen_from(
+    shared: &Shared,
+    st: &State,
+    idx: usize,
+) -> Result<(VecDeque<ReadySegment>, ReadySegment), JournalError> {
+    let mut spares = VecDeque::new();
+    for seg in &st.segments[idx + 1..] {
+        if seg.seq == st.active.seq {
+            spares.push_back(st.active.clone());
+        } else {
+            spares.push_back(shared.spec.open(shared.vfs.as_ref(), seg.seq)?);
+        }
+    }
+    let active = shared
+        .spec
+        .open(shared.vfs.as_ref(), st.segments[idx].seq)?;
+    Ok((spares, active))
 }
 
 /// Durably write `prefix` then zeros over `[start, end)` of `file`, in
