@@ -188,8 +188,24 @@ fn spec(a: &JournalArgs, c: Config, engine: Engine) -> Spec {
 }
 
 fn run_in(a: &JournalArgs, dir: &Path) -> anyhow::Result<ExitCode> {
-    // The list of one round: per group (w1, then each w2 size), the raw
-    // floor first, then the journal configurations.
+    let round_list = round_list(a);
+    let machine = Machine::for_path(dir);
+    let command: Vec<String> = std::env::args().collect();
+    eprintln!("{}", command.join(" "));
+    eprintln!("machine: {}", machine.describe());
+    let runs = run_rounds(a, dir, &round_list)?;
+    let rows = summarize(a, &runs);
+    if a.json {
+        print_json(a, &rows, &runs, &command, &machine);
+    } else {
+        print!("{}", render(a, &rows, &runs, &command, &machine));
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The runs of one round: per group (w1, then each w2 size), the raw
+/// floor first, then the journal configurations.
+fn round_list(a: &JournalArgs) -> Vec<(Config, Engine)> {
     let mut round_list: Vec<(Config, Engine)> = Vec::new();
     let w1 = Config {
         workload: Workload::W1,
@@ -257,38 +273,27 @@ fn run_in(a: &JournalArgs, dir: &Path) -> anyhow::Result<ExitCode> {
             }
         }
     }
+    round_list
+}
+
+/// Every run of every round (odd rounds in reverse order), with progress
+/// on stderr.
+fn run_rounds(
+    a: &JournalArgs,
+    dir: &Path,
+    round_list: &[(Config, Engine)],
+) -> anyhow::Result<Vec<Run>> {
     let total = round_list.len() as u64 * u64::from(a.rounds);
-    let machine = Machine::for_path(dir);
-    let command: Vec<String> = std::env::args().collect();
-    eprintln!("{}", command.join(" "));
-    eprintln!("machine: {}", machine.describe());
     let bar = progress::bar(total, "bench journal", false);
     let mut runs: Vec<Run> = Vec::new();
     for round in 0..a.rounds {
-        let mut list = round_list.clone();
+        let mut list = round_list.to_vec();
         if round % 2 == 1 {
             list.reverse();
         }
         for (config, engine) in list {
             let s = spec(a, config, engine);
-            let label = format!(
-                "round {} {:>7} {} T={:<3} R={:<6} W={} {}",
-                round + 1,
-                if engine == Engine::Raw {
-                    "raw"
-                } else {
-                    "journal"
-                },
-                config.workload.name(),
-                config.threads,
-                config.size,
-                config.in_flight,
-                if engine == Engine::Raw {
-                    ""
-                } else {
-                    config.start.name()
-                }
-            );
+            let label = label(round, config, engine);
             bar.set_message(label.clone());
             let (args, result) = run_child(&s, dir)?;
             let run = Run {
@@ -307,31 +312,58 @@ fn run_in(a: &JournalArgs, dir: &Path) -> anyhow::Result<ExitCode> {
         }
     }
     bar.finish_and_clear();
-    let rows = summarize(a, &runs);
-    if a.json {
-        let out = json!({
-            "command": command.join(" "),
-            "machine": machine.describe(),
-            "rounds": a.rounds,
-            "raw_threads": if a.vs_raw { Some(format!("{:?}", a.raw_threads).to_lowercase()) } else { None },
-            "rows": rows,
-            "runs": runs.iter().map(|r| json!({
-                "workload": r.config.workload.name(),
-                "threads": r.config.threads,
-                "size": r.config.size,
-                "writes_in_flight": r.config.in_flight,
-                "batch_start": r.config.start.name(),
-                "engine": if r.engine == Engine::Raw { "raw" } else { "journal" },
-                "round": r.round + 1,
-                "command": format!("keel {}", r.args.join(" ")),
-                "result": r.result,
-            })).collect::<Vec<_>>(),
-        });
-        println!("{out}");
-    } else {
-        print!("{}", render(a, &rows, &runs, &command, &machine));
-    }
-    Ok(ExitCode::SUCCESS)
+    Ok(runs)
+}
+
+/// A run's line in the progress bar (or on stderr).
+fn label(round: u32, config: Config, engine: Engine) -> String {
+    format!(
+        "round {} {:>7} {} T={:<3} R={:<6} W={} {}",
+        round + 1,
+        if engine == Engine::Raw {
+            "raw"
+        } else {
+            "journal"
+        },
+        config.workload.name(),
+        config.threads,
+        config.size,
+        config.in_flight,
+        if engine == Engine::Raw {
+            ""
+        } else {
+            config.start.name()
+        }
+    )
+}
+
+/// The whole result as one JSON object on stdout.
+fn print_json(
+    a: &JournalArgs,
+    rows: &[serde_json::Value],
+    runs: &[Run],
+    command: &[String],
+    machine: &Machine,
+) {
+    let out = json!({
+        "command": command.join(" "),
+        "machine": machine.describe(),
+        "rounds": a.rounds,
+        "raw_threads": if a.vs_raw { Some(format!("{:?}", a.raw_threads).to_lowercase()) } else { None },
+        "rows": rows,
+        "runs": runs.iter().map(|r| json!({
+            "workload": r.config.workload.name(),
+            "threads": r.config.threads,
+            "size": r.config.size,
+            "writes_in_flight": r.config.in_flight,
+            "batch_start": r.config.start.name(),
+            "engine": if r.engine == Engine::Raw { "raw" } else { "journal" },
+            "round": r.round + 1,
+            "command": format!("keel {}", r.args.join(" ")),
+            "result": r.result,
+        })).collect::<Vec<_>>(),
+    });
+    println!("{out}");
 }
 
 /// Medians per configuration, as JSON rows.
