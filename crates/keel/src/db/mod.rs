@@ -28,6 +28,7 @@
 
 #![deny(unsafe_code)]
 
+mod checkpoint;
 mod combine;
 mod error;
 mod freelist;
@@ -108,6 +109,11 @@ pub struct Options {
     /// checkpoint's memory (a fold of random keys changes nearly every
     /// leaf, whatever the memtable's size).
     pub fold_bytes: u64,
+    /// The background checkpointer folds at most about half the time
+    /// while commits arrive and the budgets have room (it sleeps after
+    /// each batch as long as the batch took): a busy second vCPU slows
+    /// the journal's writes (docs/store.md, "Checkpoints").
+    pub paced_checkpoints: bool,
     /// Run checkpoints in a background thread (otherwise only writers'
     /// backpressure, [`Database::checkpoint`] and `close` do).
     pub background_checkpoints: bool,
@@ -137,6 +143,7 @@ impl Default for Options {
             backpressure_dirty_bytes: 1 << 30,
             fold_bytes: 64 << 20,
             background_checkpoints: true,
+            paced_checkpoints: true,
             reader_pinned_bytes: 1 << 30,
             journal: JournalOptions::default(),
             vfs: RealVfs::shared(),
@@ -192,6 +199,13 @@ impl Builder {
         self.options.fold_bytes = bytes;
         self
     }
+    /// Whether the background checkpointer paces its fold while commits
+    /// arrive.
+    pub fn paced_checkpoints(mut self, yes: bool) -> Self {
+        self.options.paced_checkpoints = yes;
+        self
+    }
+
     /// Whether a background thread checkpoints.
     pub fn background_checkpoints(mut self, yes: bool) -> Self {
         self.options.background_checkpoints = yes;
