@@ -52,8 +52,10 @@ const FOLD_MAX_BATCH: usize = 4096;
 /// 25,000 transactions ran at 3,529–4,175 transactions/s paced against
 /// 2,865–3,007 unpaced (3 pairs; CPU per commit 233–284 µs against
 /// 314–369: the paced folds were fewer, 1–2 finished in the run against
-/// 3, each folding more changes per leaf); 10,000 transactions at
-/// 3,803–4,726 against 3,583–4,262 (8 pairs: within the noise).
+/// 3, each folding more changes per leaf); 50,000 at 3,677–3,958 against
+/// 3,048–3,339 (2 pairs; the final checkpoint at `close` 4.5–5.6 s
+/// against 6.5–6.9 s); 10,000 at 3,803–4,726 against 3,583–4,262 (8
+/// pairs: within the noise).
 struct Pace {
     /// When the current batch began.
     since: Instant,
