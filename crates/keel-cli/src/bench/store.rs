@@ -356,13 +356,8 @@ fn summarize(a: &StoreArgs, runs: &[Run]) -> Vec<serde_json::Value> {
     rows
 }
 
-fn render(
-    a: &StoreArgs,
-    rows: &[serde_json::Value],
-    runs: &[Run],
-    command: &[String],
-    machine: &Machine,
-) -> String {
+/// The table of results, a row per workload and thread count.
+fn results_table(rows: &[serde_json::Value]) -> Table {
     let mut t = Table::new(&[
         ("workload", Align::Left),
         ("T", Align::Right),
@@ -397,6 +392,7 @@ fn render(
                 }
             })
             .collect();
+        let or_dash = |v: String| if v.is_empty() { "–".into() } else { v };
         t.push(vec![
             r["workload"].as_str().unwrap_or("").into(),
             r["threads"].to_string(),
@@ -405,16 +401,8 @@ fn render(
             f(&refs["journal"]["median"], 0),
             f(&refs["raw"]["store_ratio"], 3),
             f(&refs["journal"]["store_ratio"], 3),
-            if what.is_empty() {
-                "–".into()
-            } else {
-                what.join("; ")
-            },
-            if met.is_empty() {
-                "–".into()
-            } else {
-                met.join(", ")
-            },
+            or_dash(what.join("; ")),
+            or_dash(met.join(", ")),
             f(&r["p50_us"], 0),
             f(&r["p99_us"], 0),
             f(&r["serial_us_per_commit"], 1),
@@ -422,6 +410,17 @@ fn render(
             f(&r["steal_ms"], 0),
         ]);
     }
+    t
+}
+
+fn render(
+    a: &StoreArgs,
+    rows: &[serde_json::Value],
+    runs: &[Run],
+    command: &[String],
+    machine: &Machine,
+) -> String {
+    let t = results_table(rows);
     let mut out = String::new();
     out += &format!("`{}`\n\n", command.join(" "));
     out += &format!("Machine: {}\n\n", machine.describe());
