@@ -283,33 +283,9 @@ impl Shared {
                     .push(Member::Settled(Err(DbError::Poisoned(Arc::clone(why)))));
                 continue;
             }
-            let (prepared, submitted) = match self.prepare(w, g.last_lsn, blind, &mut record_buf) {
-                Err(e) => {
-                    g.members.push(Member::Settled(Err(e)));
-                    continue;
-                }
-                Ok(None) => {
-                    g.members.push(Member::Empty);
-                    continue;
-                }
-                Ok(Some(p)) => p,
-            };
-            match submitted {
-                Ok(h) => {
-                    g.last_lsn = h.lsn();
-                    ops_submitted += prepared.changes();
-                    catalog_changed = prepared.changes_catalog();
-                    g.members.push(Member::Submitted(prepared, g.last_lsn));
-                    g.last = Some(h);
-                }
-                Err(e) => {
-                    // Nothing was queued, but the journal refuses more.
-                    let why = self.set_poison(&format!("the journal refused a record: {e}"));
-                    g.members
-                        .push(Member::Settled(Err(DbError::Poisoned(Arc::clone(&why)))));
-                    g.failure = Some(why);
-                }
-            }
+            let (ops, catalog) = self.submit_member(w, &mut g, blind, &mut record_buf);
+            ops_submitted += ops;
+            catalog_changed = catalog;
         }
         if g.failure.is_none() {
             let more = !lock(&self.writer).queue.is_empty();
@@ -332,6 +308,46 @@ impl Shared {
             .grouped_commits
             .fetch_add(submitted, Ordering::Relaxed);
         g
+    }
+
+    /// Prepare one member's record and submit it, adding the member to
+    /// `g` (submitted, empty, or refused); returns the changes it
+    /// submitted and whether it changes the catalog.
+    fn submit_member(
+        self: &Arc<Self>,
+        w: &WriterState,
+        g: &mut Group,
+        blind: Blind,
+        record_buf: &mut Vec<u8>,
+    ) -> (usize, bool) {
+        let (prepared, submitted) = match self.prepare(w, g.last_lsn, blind, record_buf) {
+            Err(e) => {
+                g.members.push(Member::Settled(Err(e)));
+                return (0, false);
+            }
+            Ok(None) => {
+                g.members.push(Member::Empty);
+                return (0, false);
+            }
+            Ok(Some(p)) => p,
+        };
+        match submitted {
+            Ok(h) => {
+                g.last_lsn = h.lsn();
+                let out = (prepared.changes(), prepared.changes_catalog());
+                g.members.push(Member::Submitted(prepared, g.last_lsn));
+                g.last = Some(h);
+                out
+            }
+            Err(e) => {
+                // Nothing was queued, but the journal refuses more.
+                let why = self.set_poison(&format!("the journal refused a record: {e}"));
+                g.members
+                    .push(Member::Settled(Err(DbError::Poisoned(Arc::clone(&why)))));
+                g.failure = Some(why);
+                (0, false)
+            }
+        }
     }
 
     /// Encode one blind transaction's record into `record_buf` (straight
