@@ -263,17 +263,11 @@ impl Writer<'_> {
         let Body::Leaf(old) = node.body() else {
             unreachable!("a branch of level 1 has leaves for children")
         };
-        let max_inline = self.page_size.max_inline_value_bytes();
         let big: Vec<Option<Arc<OverflowValue>>> = picked
             .iter()
             .map(|&c| match changes[c as usize] {
-                Change::Put { value, shared, .. } if value.len() > max_inline => {
-                    Some(Arc::new(match shared {
-                        Some(bytes) => OverflowValue::shared(Arc::clone(bytes)),
-                        None => OverflowValue::in_memory(value),
-                    }))
-                }
-                _ => None,
+                Change::Put { value, shared, .. } => overflow_value(self.page_size, value, shared),
+                Change::Remove(_) => None,
             })
             .collect();
         let merges: Vec<Merge<'_>> = picked
@@ -344,15 +338,25 @@ pub(crate) fn with_value<R>(
     shared: Option<&Arc<[u8]>>,
     f: impl FnOnce(ValueRef<'_>) -> R,
 ) -> R {
-    if value.len() > page_size.max_inline_value_bytes() {
-        let overflow = Arc::new(match shared {
+    match overflow_value(page_size, value, shared) {
+        Some(overflow) => f(ValueRef::Overflow(&overflow)),
+        None => f(ValueRef::Inline(value)),
+    }
+}
+
+/// `value` as an overflow value, if it is too large to be inline (the
+/// caller's shared bytes kept as they are).
+fn overflow_value(
+    page_size: PageSize,
+    value: &[u8],
+    shared: Option<&Arc<[u8]>>,
+) -> Option<Arc<OverflowValue>> {
+    (value.len() > page_size.max_inline_value_bytes()).then(|| {
+        Arc::new(match shared {
             Some(bytes) => OverflowValue::shared(Arc::clone(bytes)),
             None => OverflowValue::in_memory(value),
-        });
-        f(ValueRef::Overflow(&overflow))
-    } else {
-        f(ValueRef::Inline(value))
-    }
+        })
+    })
 }
 
 impl TreeMut {
