@@ -274,10 +274,7 @@ impl Shared {
         }
         // Only now may the journal drop what the checkpoint covers.
         self.journal.release(lsn);
-        for (loc, node) in placed.nodes {
-            self.cache.insert(loc, node);
-        }
-        detach_clean(tree);
+        self.keep_in_cache_only(placed, tree);
         Ok(())
     }
 
@@ -340,12 +337,18 @@ impl Shared {
         let placed = self.place(run, &tree)?;
         run.out.flush()?;
         run.parts += 1;
+        self.keep_in_cache_only(placed, &tree);
+        // `tree` goes: the working copy owns its root alone again.
+        Ok(())
+    }
+
+    /// The nodes just written go to the page cache, and `tree` drops its
+    /// in-memory copies of every node that is on disk.
+    fn keep_in_cache_only(&self, placed: Placed, tree: &Tree) {
         for (loc, node) in placed.nodes {
             self.cache.insert(loc, node);
         }
-        detach_clean(&tree);
-        // `tree` goes: the working copy owns its root alone again.
-        Ok(())
+        detach_clean(tree);
     }
 
     /// Under the writer slot: wait until everything the writer applied is
@@ -385,17 +388,17 @@ impl Shared {
         }
     }
 
-    /// A page for the checkpoint `run`: a free one, else one past the end
-    /// of the file.
-    fn allocate(&self, sp: &mut Space, run_pages: &mut u64, gen: u64) -> PageNo {
+    /// A page for the checkpoint making generation `gen`: a free one, else
+    /// one past the end of the file (`page_count` grows).
+    fn allocate(&self, sp: &mut Space, page_count: &mut u64, gen: u64) -> PageNo {
         let page = match sp.free.pop_first() {
             Some(p) => {
                 self.cache.invalidate(p);
                 p
             }
             None => {
-                *run_pages += 1;
-                *run_pages - 1
+                *page_count += 1;
+                *page_count - 1
             }
         };
         sp.set_born_after(page, gen);
@@ -437,28 +440,11 @@ impl Shared {
             self.reclaim(&mut sp);
         }
         let placed = self.place(run, tree)?;
-        let mut sp = lock(&self.space);
-        // The new meta's free list: what is free now, what the folds up to
-        // this one freed (readers do not survive a restart), and the pages
-        // of the old list. None of these may be reused before the new meta
-        // is durable; the list's own pages come from pages free now.
-        let upper = sp.free.len()
-            + sp.pending.iter().filter(|(g, _)| *g <= gen).count()
-            + sp.freelist_pages.len();
-        let list_pages: Vec<PageNo> = (0..freelist::pages_needed(self.page_size, upper))
-            .map(|_| self.allocate(&mut sp, &mut run.page_count, gen))
-            .collect();
-        let mut listed: Vec<PageNo> = sp.free.iter().copied().collect();
-        listed.extend(
-            sp.pending
-                .iter()
-                .filter(|(g, _)| *g <= gen)
-                .map(|(_, p)| *p),
-        );
-        listed.extend(sp.freelist_pages.iter().copied());
-        listed.sort_unstable();
-        let old_meta = sp.meta;
-        drop(sp);
+        let (list_pages, listed, old_meta) = {
+            let mut sp = lock(&self.space);
+            let (list_pages, listed) = self.new_free_list(&mut sp, run);
+            (list_pages, listed, sp.meta)
+        };
         // Pages, then sync, then the meta page, then sync: the meta never
         // reaches the disk before the pages it refers to.
         let (list_writes, list_first) =
@@ -491,6 +477,29 @@ impl Shared {
         };
         self.write_meta(&meta)?;
         Ok((meta, list_pages, placed))
+    }
+
+    /// The new meta's free list: its own pages, and the pages it lists —
+    /// what is free now, what the folds up to this one freed (readers do
+    /// not survive a restart), and the pages of the old list, sorted. None
+    /// of the listed pages may be reused before the new meta is durable;
+    /// the list's own pages come from pages free now.
+    fn new_free_list(&self, sp: &mut Space, run: &mut Writing<'_>) -> (Vec<PageNo>, Vec<PageNo>) {
+        let gen = run.gen;
+        let mut listed: Vec<PageNo> = sp
+            .pending
+            .iter()
+            .filter(|(g, _)| *g <= gen)
+            .map(|(_, p)| *p)
+            .chain(sp.freelist_pages.iter().copied())
+            .collect();
+        let upper = sp.free.len() + listed.len();
+        let list_pages: Vec<PageNo> = (0..freelist::pages_needed(self.page_size, upper))
+            .map(|_| self.allocate(sp, &mut run.page_count, gen))
+            .collect();
+        listed.extend(sp.free.iter().copied());
+        listed.sort_unstable();
+        (list_pages, listed)
     }
 
     /// Move pending pages to free where the rule allows: freed by a fold
