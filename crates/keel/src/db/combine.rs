@@ -28,13 +28,13 @@
 //! Fairness: a transaction waiting for the slot to read (or a checkpoint)
 //! and the queue take turns, so neither starves.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::{self, Thread};
 use std::time::Instant;
 
 use super::error::{DbError, Result};
-use super::store::{lock, Shared, WriterState, START_MIN_OPS};
+use super::store::{lock, OverlapCounters, Shared, WriterState, START_MIN_OPS};
 use super::txn::{Active, Blind};
 use super::Durability;
 use crate::journal::{CommitHandle, JournalError, Lsn};
@@ -413,15 +413,20 @@ impl Shared {
                 // has not woken by then.
                 let next = AtomicUsize::new(0);
                 let members = Mutex::new(&mut g.members);
+                let legs = Legs::new();
                 let posted = helper.try_fork(&|| loop {
-                    match next.fetch_add(1, Ordering::Relaxed) {
+                    let task = next.fetch_add(1, Ordering::Relaxed);
+                    let started = Instant::now();
+                    match task {
                         // The outcome is `wait`ed for again in `settle`.
                         0 => drop(h.wait_durable()),
                         1 => self.apply_members(w, &mut lock(&members)),
                         _ => return,
                     }
+                    legs.ran(task, started);
                 });
                 if posted {
+                    legs.count(&self.counters.overlap);
                     return;
                 }
             }
@@ -514,6 +519,53 @@ impl Shared {
             }),
             Some(h) => self.publish_on_durable(h, last_lsn, tell),
         }
+    }
+}
+
+/// A leg of an overlapped commit longer than this is counted as slow.
+const SLOW_LEG_NS: u64 = 1_000_000;
+
+/// The two legs of one overlapped commit (the journal's write on the
+/// committer, the apply on the helper): when each started after the fork,
+/// and how long it ran, in nanoseconds.
+struct Legs {
+    forked: Instant,
+    started_ns: [AtomicU64; 2],
+    ran_ns: [AtomicU64; 2],
+}
+
+impl Legs {
+    fn new() -> Legs {
+        Legs {
+            forked: Instant::now(),
+            started_ns: [AtomicU64::new(0), AtomicU64::new(0)],
+            ran_ns: [AtomicU64::new(0), AtomicU64::new(0)],
+        }
+    }
+
+    /// Leg `task` (0: write, 1: apply) ran from `started` until now.
+    fn ran(&self, task: usize, started: Instant) {
+        let nanos = |d: std::time::Duration| d.as_nanos().try_into().unwrap_or(u64::MAX);
+        self.started_ns[task].store(nanos(started - self.forked), Ordering::Relaxed);
+        self.ran_ns[task].store(nanos(started.elapsed()), Ordering::Relaxed);
+    }
+
+    /// Add this commit's legs to `c` (after the fork returned: both ran).
+    fn count(&self, c: &OverlapCounters) {
+        let [write, apply] = [0, 1].map(|i| self.ran_ns[i].load(Ordering::Relaxed));
+        c.commits.fetch_add(1, Ordering::Relaxed);
+        c.write_ns.fetch_add(write, Ordering::Relaxed);
+        c.apply_ns.fetch_add(apply, Ordering::Relaxed);
+        c.slow_writes
+            .fetch_add(u64::from(write > SLOW_LEG_NS), Ordering::Relaxed);
+        c.slow_applies
+            .fetch_add(u64::from(apply > SLOW_LEG_NS), Ordering::Relaxed);
+        // The helper had not woken when the write was done: this thread
+        // applied after it, one leg after the other.
+        let apply_started = self.started_ns[1].load(Ordering::Relaxed);
+        let write_ended = self.started_ns[0].load(Ordering::Relaxed) + write;
+        c.applied_after_write
+            .fetch_add(u64::from(apply_started >= write_ended), Ordering::Relaxed);
     }
 }
 

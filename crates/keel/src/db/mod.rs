@@ -290,6 +290,25 @@ pub struct Stats {
     /// The time between `begin_write` and `commit` is the caller's, and
     /// not counted either.
     pub commit_writer_ms: f64,
+    /// Lone commits of 16 changes or more (nobody else
+    /// queued) whose journal write, on the committing thread, and apply to
+    /// the memtable, on the store's helper thread, ran side by side — the
+    /// commit path of a single writer of large transactions. The fields
+    /// below split their time, to tell which leg a slow commit waited on.
+    pub overlapped_commits: u64,
+    /// Time their writes took: from the committer starting the journal's
+    /// write until the record was durable.
+    pub overlapped_write_ms: f64,
+    /// Time their applies took (on the helper, or on the committer after
+    /// the write when the helper had not woken by then).
+    pub overlapped_apply_ms: f64,
+    /// Writes among them that took over 1 ms.
+    pub slow_overlapped_writes: u64,
+    /// Applies among them that took over 1 ms.
+    pub slow_overlapped_applies: u64,
+    /// Applies that ran after the write, not beside it: the helper had not
+    /// woken by the time the write was durable.
+    pub applied_after_write: u64,
     /// Record bytes committed that no checkpoint covers yet.
     pub uncheckpointed_bytes: u64,
     /// Bytes the memtables hold (an estimate): what was committed since
@@ -409,6 +428,12 @@ impl Database {
             commit_groups: c.groups.load(Ordering::Relaxed),
             grouped_commits: c.grouped_commits.load(Ordering::Relaxed),
             commit_writer_ms: c.commit_writer_ns.load(Ordering::Relaxed) as f64 / 1e6,
+            overlapped_commits: c.overlap.commits.load(Ordering::Relaxed),
+            overlapped_write_ms: c.overlap.write_ns.load(Ordering::Relaxed) as f64 / 1e6,
+            overlapped_apply_ms: c.overlap.apply_ns.load(Ordering::Relaxed) as f64 / 1e6,
+            slow_overlapped_writes: c.overlap.slow_writes.load(Ordering::Relaxed),
+            slow_overlapped_applies: c.overlap.slow_applies.load(Ordering::Relaxed),
+            applied_after_write: c.overlap.applied_after_write.load(Ordering::Relaxed),
             uncheckpointed_bytes: s.bytes_since_checkpoint.load(Ordering::Relaxed),
             dirty_bytes: s.dirty_bytes.load(Ordering::Relaxed),
             memtable_keys: mem.layers().map(|l| l.mem.len()).sum(),

@@ -192,6 +192,19 @@ pub(crate) struct Counters {
     pub grouped_commits: AtomicU64,
     /// Nanoseconds commits held the writer slot inside `commit`.
     pub commit_writer_ns: AtomicU64,
+    pub overlap: OverlapCounters,
+}
+
+/// Lone large commits whose journal write (on the committer) and apply
+/// (on the helper) ran side by side: see `Stats::overlapped_commits`.
+#[derive(Debug, Default)]
+pub(crate) struct OverlapCounters {
+    pub commits: AtomicU64,
+    pub write_ns: AtomicU64,
+    pub apply_ns: AtomicU64,
+    pub slow_writes: AtomicU64,
+    pub slow_applies: AtomicU64,
+    pub applied_after_write: AtomicU64,
 }
 
 pub(crate) struct Shared {

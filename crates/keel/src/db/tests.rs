@@ -797,3 +797,31 @@ fn a_blind_transaction_recreates_a_table_dropped_before_it_ran() {
     assert_eq!(get(&db, "t", b"new").as_deref(), Some(&b"2"[..]));
     db.check().unwrap();
 }
+
+#[test]
+fn a_lone_large_commit_counts_its_write_and_apply_legs() {
+    let vfs = SimVfs::new(23);
+    let path = Path::new("/store");
+    let db = builder(&vfs).create(path).unwrap();
+    // A small transaction (under 16 changes) applies before it writes: no
+    // overlap counted.
+    let mut w = db.begin_write().unwrap();
+    w.open_table("t").unwrap().insert("k", "v").unwrap();
+    w.commit().unwrap();
+    assert_eq!(db.stats().overlapped_commits, 0);
+    for c in 0..3u32 {
+        let mut w = db.begin_write().unwrap();
+        let mut t = w.open_table("t").unwrap();
+        for k in 0..100u32 {
+            t.insert(format!("{c}/{k}"), [7u8; 100]).unwrap();
+        }
+        w.commit().unwrap();
+    }
+    let s = db.stats();
+    assert_eq!(s.overlapped_commits, 3, "one per lone large commit");
+    assert!(s.overlapped_write_ms > 0.0 && s.overlapped_apply_ms > 0.0);
+    assert!(s.applied_after_write <= 3);
+    assert!(s.slow_overlapped_writes <= 3 && s.slow_overlapped_applies <= 3);
+    assert_eq!(get(&db, "t", b"2/99").as_deref(), Some(&[7u8; 100][..]));
+    db.close().unwrap();
+}

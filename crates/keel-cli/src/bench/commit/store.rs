@@ -183,6 +183,23 @@ fn stats_json(before: &Stats, after: &Stats) -> serde_json::Value {
         "cache_hits": after.cache.hits - before.cache.hits,
         "cache_misses": after.cache.misses - before.cache.misses,
         "cache_evictions": after.cache.evictions - before.cache.evictions,
+        "overlap": overlap_json(before, after),
+    })
+}
+
+/// The legs of the lone large commits whose journal write and memtable
+/// apply ran side by side (`Stats::overlapped_commits`): µs per such
+/// commit, and how many took over 1 ms.
+fn overlap_json(before: &Stats, after: &Stats) -> serde_json::Value {
+    let commits = after.overlapped_commits - before.overlapped_commits;
+    let per_commit_us = |ms: f64| round(ms * 1e3 / commits.max(1) as f64, 1);
+    json!({
+        "commits": commits,
+        "write_us_per_commit": per_commit_us(after.overlapped_write_ms - before.overlapped_write_ms),
+        "apply_us_per_commit": per_commit_us(after.overlapped_apply_ms - before.overlapped_apply_ms),
+        "writes_over_1ms": after.slow_overlapped_writes - before.slow_overlapped_writes,
+        "applies_over_1ms": after.slow_overlapped_applies - before.slow_overlapped_applies,
+        "applied_after_write": after.applied_after_write - before.applied_after_write,
     })
 }
 
