@@ -393,29 +393,8 @@ pub fn scan(vfs: &dyn Vfs, dir: &Path, max_write_bytes: usize) -> Result<Scan, J
     let files = list_segments(vfs, dir)?;
     let largest = largest_write_bytes(vfs, &files, max_write_bytes)?;
     let tolerated_damage_bytes = super::tolerated_damage_bytes(largest);
-    let mut out = Scan {
-        segments: Vec::new(),
-        store_id: None,
-        first_lsn: None,
-        last_lsn: None,
-        last_salt: None,
-        stop: None,
-        valid_after_damage: None,
-        damaged_before_chain: None,
-        base_lsn: None,
-        tolerated_damage_bytes,
-        set_aside: list_set_aside(vfs, dir)?,
-        leftover_after_chain: None,
-    };
-    let mut chain = ChainWalk {
-        cursor: ChainCursor {
-            expected_lsn: None,
-            salt: None,
-        },
-        open: true,
-        started: false,
-        prev_seq: None,
-    };
+    let mut out = Scan::empty(tolerated_damage_bytes, list_set_aside(vfs, dir)?);
+    let mut chain = ChainWalk::new();
     let mut bad_before_chain = None;
     for (seq, path) in files {
         let bytes = read_segment_from_disk(vfs, &path)?;
@@ -463,18 +442,7 @@ pub fn scan(vfs: &dyn Vfs, dir: &Path, max_write_bytes: usize) -> Result<Scan, J
             }
         }
         if let (Some((from, above)), false) = (search, chain.open) {
-            look_past_chain(&mut out, &chain.cursor, &bytes, seq, from, above);
-            let block = seg.header.map_or(0, |h| h.block_size as usize);
-            let next_to_chain = chain.prev_seq.is_some_and(|p| p + 1 == seq);
-            if let (true, Some(salt), Some(exp)) = (
-                next_to_chain && block > 0,
-                chain.cursor.salt,
-                chain.cursor.expected_lsn,
-            ) {
-                if find_valid_after(&bytes, seq, block, Some(salt), exp - 1).is_some() {
-                    out.leftover_after_chain = Some(seq);
-                }
-            }
+            past_chain_end(&mut out, &chain, &seg, &bytes, from, above);
         }
         out.segments.push(seg);
     }
@@ -484,6 +452,68 @@ pub fn scan(vfs: &dyn Vfs, dir: &Path, max_write_bytes: usize) -> Result<Scan, J
     out.last_lsn = chain.cursor.expected_lsn.map(|e| e - 1);
     out.last_salt = chain.cursor.salt;
     Ok(out)
+}
+
+impl Scan {
+    /// A scan that has found nothing yet.
+    fn empty(tolerated_damage_bytes: u64, set_aside: Vec<PathBuf>) -> Scan {
+        Scan {
+            segments: Vec::new(),
+            store_id: None,
+            first_lsn: None,
+            last_lsn: None,
+            last_salt: None,
+            stop: None,
+            valid_after_damage: None,
+            damaged_before_chain: None,
+            base_lsn: None,
+            tolerated_damage_bytes,
+            set_aside,
+            leftover_after_chain: None,
+        }
+    }
+}
+
+impl ChainWalk {
+    /// Before the first segment of the chain.
+    fn new() -> ChainWalk {
+        ChainWalk {
+            cursor: ChainCursor {
+                expected_lsn: None,
+                salt: None,
+            },
+            open: true,
+            started: false,
+            prev_seq: None,
+        }
+    }
+}
+
+/// Segment `seg` (its `bytes`) lies past the chain's end: look there for
+/// records of the chain's epoch (evidence of damage, from byte `from`,
+/// LSNs above `above`), and note a valid record of the chain's salt in
+/// the segment right after the chain's last (a leftover).
+fn past_chain_end(
+    out: &mut Scan,
+    chain: &ChainWalk,
+    seg: &SegmentScan,
+    bytes: &[u8],
+    from: u64,
+    above: u64,
+) {
+    let seq = seg.seq;
+    look_past_chain(out, &chain.cursor, bytes, seq, from, above);
+    let block = seg.header.map_or(0, |h| h.block_size as usize);
+    let next_to_chain = chain.prev_seq.is_some_and(|p| p + 1 == seq);
+    if let (true, Some(salt), Some(exp)) = (
+        next_to_chain && block > 0,
+        chain.cursor.salt,
+        chain.cursor.expected_lsn,
+    ) {
+        if find_valid_after(bytes, seq, block, Some(salt), exp - 1).is_some() {
+            out.leftover_after_chain = Some(seq);
+        }
+    }
 }
 
 fn check_store_id(out: &mut Scan, path: &Path, found: u64) -> Result<(), JournalError> {

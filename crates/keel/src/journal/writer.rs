@@ -558,14 +558,7 @@ pub(super) fn submit(shared: &Arc<Shared>, parts: &[&[u8]]) -> Result<CommitHand
         return Err(JournalError::RecordTooLarge { len, max });
     }
     // Compression happens here, before any shared state is touched.
-    let compressed = shared
-        .options
-        .lz4_min_bytes
-        .filter(|&min| len >= min)
-        .and_then(|_| match parts {
-            [one] => lz4_encode(one),
-            _ => lz4_encode(&parts.concat()),
-        });
+    let compressed = compress(shared, parts, len);
     let compressed_part;
     let (parts, len, extra_flags) = match &compressed {
         Some(c) => {
@@ -595,29 +588,13 @@ pub(super) fn submit(shared: &Arc<Shared>, parts: &[&[u8]]) -> Result<CommitHand
             let (index, at) = (word_count(prev), word_end(prev));
             if at + need <= slab.capacity {
                 let lsn = slab.first_lsn + index;
-                let header = RecordHeader {
-                    len: len as u32,
-                    lsn,
-                    seq: slab.seq,
-                    salt: slab.salt,
-                    flags: extra_flags
-                        | if index == 0 && slab.epoch_start {
-                            FLAG_EPOCH_START
-                        } else {
-                            0
-                        },
-                };
-                // SAFETY: `[at, at + need)` lies inside the buffer
-                // (`capacity` ≤ its length) and was reserved by this thread
-                // alone; nobody reads it before `settled` counts it.
-                let out = unsafe { std::slice::from_raw_parts_mut(slab.base.add(at), need) };
-                let mut to = RECORD_HEADER_BYTES;
-                for part in parts {
-                    out[to..to + part.len()].copy_from_slice(part);
-                    to += part.len();
-                }
-                header.encode_in_place(out);
-                slab.settled.fetch_add(1, Ordering::Release);
+                let flags = extra_flags
+                    | if index == 0 && slab.epoch_start {
+                        FLAG_EPOCH_START
+                    } else {
+                        0
+                    };
+                fill(slab, at, need, lsn, flags, parts);
                 return Ok(CommitHandle {
                     shared: Arc::clone(shared),
                     lsn,
@@ -632,6 +609,44 @@ pub(super) fn submit(shared: &Arc<Shared>, parts: &[&[u8]]) -> Result<CommitHand
         drop(guard);
         slow_path(shared, Some(id), need)?;
     }
+}
+
+/// The record's payload compressed, when the options ask for it at this
+/// length and compressing makes it smaller.
+fn compress(shared: &Shared, parts: &[&[u8]], len: usize) -> Option<Vec<u8>> {
+    shared
+        .options
+        .lz4_min_bytes
+        .filter(|&min| len >= min)
+        .and_then(|_| match parts {
+            [one] => lz4_encode(one),
+            _ => lz4_encode(&parts.concat()),
+        })
+}
+
+/// Write the record `lsn` (`parts`, `need` bytes with its header) at
+/// offset `at` of `slab`, which this thread reserved, and count it as
+/// settled.
+#[inline]
+fn fill(slab: &Slab, at: usize, need: usize, lsn: Lsn, flags: u16, parts: &[&[u8]]) {
+    let header = RecordHeader {
+        len: (need - RECORD_HEADER_BYTES) as u32,
+        lsn,
+        seq: slab.seq,
+        salt: slab.salt,
+        flags,
+    };
+    // SAFETY: `[at, at + need)` lies inside the buffer (`capacity` ≤ its
+    // length) and was reserved by this thread alone; nobody reads it
+    // before `settled` counts it.
+    let out = unsafe { std::slice::from_raw_parts_mut(slab.base.add(at), need) };
+    let mut to = RECORD_HEADER_BYTES;
+    for part in parts {
+        out[to..to + part.len()].copy_from_slice(part);
+        to += part.len();
+    }
+    header.encode_in_place(out);
+    slab.settled.fetch_add(1, Ordering::Release);
 }
 
 /// A reservation failed on batch `seen` (sealed, or too full for `need`
