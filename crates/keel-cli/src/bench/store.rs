@@ -274,68 +274,31 @@ fn ratio(a: f64, b: f64) -> f64 {
 /// One row per workload, as JSON: the medians, the ratios, each target and
 /// whether it is met.
 fn summarize(a: &StoreArgs, runs: &[Run]) -> Vec<serde_json::Value> {
-    let row =
-        |workload: Workload, threads: usize, refs: &[Engine], targets: Vec<serde_json::Value>| {
-            let (store, store_median) = rates(runs, workload, threads, Engine::Store);
-            let mid = median_run(runs, workload, threads);
-            let mut refs_json = serde_json::Map::new();
-            for &e in refs {
-                let (v, m) = rates(runs, workload, threads, e);
-                refs_json.insert(
-                    engine_name(e).into(),
-                    json!({
-                        "per_s": v.iter().map(|x| x.round()).collect::<Vec<_>>(),
-                        "median": m.round(),
-                        "store_ratio": ratio(store_median, m),
-                    }),
-                );
-            }
-            json!({
-                "workload": workload.name(),
-                "threads": threads,
-                "store_per_s": store.iter().map(|x| x.round()).collect::<Vec<_>>(),
-                "store_median": store_median.round(),
-                "references": refs_json,
-                "targets": targets,
-                "p50_us": mid["p50_us"].clone(),
-                "p99_us": mid["p99_us"].clone(),
-                "serial_us_per_commit": mid["info"]["serial_us_per_commit"].clone(),
-                "cpu_us_per_commit": mid["info"]["cpu_us_per_commit"].clone(),
-                "steal_ms": mid["info"]["steal_ms"].clone(),
-                "context_switches_per_commit": mid["info"]["context_switches_per_commit"].clone(),
-                "checkpoints": mid["info"]["checkpoints"].clone(),
-            })
-        };
-    let vs = |workload, engine, at_least: f64| {
-        let (_, s) = rates(runs, workload, 1, Engine::Store);
-        let (_, r) = rates(runs, workload, 1, engine);
-        let got = ratio(s, r);
-        json!({
-            "what": format!("store / {} ≥ {at_least}", engine_name(engine)),
-            "value": got,
-            "met": got >= at_least,
-        })
-    };
     let (_, w2) = rates(runs, Workload::W2, a.w2_threads, Engine::Store);
     let mut rows = vec![
-        row(
-            Workload::W3,
-            1,
+        summary_row(
+            runs,
+            (Workload::W3, 1),
             &[Engine::Raw, Engine::Journal],
             vec![
-                vs(Workload::W3, Engine::Raw, W3_VS_RAW),
-                vs(Workload::W3, Engine::Journal, W3_VS_JOURNAL),
+                ratio_target(runs, Workload::W3, Engine::Raw, W3_VS_RAW),
+                ratio_target(runs, Workload::W3, Engine::Journal, W3_VS_JOURNAL),
             ],
         ),
-        row(
-            Workload::W1,
-            1,
+        summary_row(
+            runs,
+            (Workload::W1, 1),
             &[Engine::Journal],
-            vec![vs(Workload::W1, Engine::Journal, W1_VS_JOURNAL)],
+            vec![ratio_target(
+                runs,
+                Workload::W1,
+                Engine::Journal,
+                W1_VS_JOURNAL,
+            )],
         ),
-        row(
-            Workload::W2,
-            a.w2_threads,
+        summary_row(
+            runs,
+            (Workload::W2, a.w2_threads),
             &[Engine::Journal],
             // The target is for T = 64.
             if a.w2_threads == 64 {
@@ -350,10 +313,70 @@ fn summarize(a: &StoreArgs, runs: &[Run]) -> Vec<serde_json::Value> {
         ),
     ];
     if a.r1 {
-        rows.push(row(Workload::R1, 1, &[], Vec::new()));
-        rows.push(row(Workload::R1, 2, &[], Vec::new()));
+        rows.push(summary_row(runs, (Workload::R1, 1), &[], Vec::new()));
+        rows.push(summary_row(runs, (Workload::R1, 2), &[], Vec::new()));
     }
     rows
+}
+
+/// One workload at one thread count: the store's rates and median, each
+/// reference engine's and the store's ratio to it, the `targets`, and the
+/// details of the store's median run.
+fn summary_row(
+    runs: &[Run],
+    (workload, threads): (Workload, usize),
+    refs: &[Engine],
+    targets: Vec<serde_json::Value>,
+) -> serde_json::Value {
+    let (store, store_median) = rates(runs, workload, threads, Engine::Store);
+    let mid = median_run(runs, workload, threads);
+    let mut refs_json = serde_json::Map::new();
+    for &e in refs {
+        let (v, m) = rates(runs, workload, threads, e);
+        refs_json.insert(
+            engine_name(e).into(),
+            json!({
+                "per_s": v.iter().map(|x| x.round()).collect::<Vec<_>>(),
+                "median": m.round(),
+                "store_ratio": ratio(store_median, m),
+            }),
+        );
+    }
+    let info = &mid["info"];
+    json!({
+        "workload": workload.name(),
+        "threads": threads,
+        "store_per_s": store.iter().map(|x| x.round()).collect::<Vec<_>>(),
+        "store_median": store_median.round(),
+        "references": refs_json,
+        "targets": targets,
+        "p50_us": mid["p50_us"].clone(),
+        "p99_us": mid["p99_us"].clone(),
+        "serial_us_per_commit": info["serial_us_per_commit"].clone(),
+        "cpu_us_per_commit": info["cpu_us_per_commit"].clone(),
+        "steal_ms": info["steal_ms"].clone(),
+        "context_switches_per_commit": info["context_switches_per_commit"].clone(),
+        "checkpoints": info["checkpoints"].clone(),
+        "overlap": info["overlap"].clone(),
+    })
+}
+
+/// The target "store / `engine` ≥ `at_least`" on `workload` at one
+/// thread, from the medians: its value and whether it is met.
+fn ratio_target(
+    runs: &[Run],
+    workload: Workload,
+    engine: Engine,
+    at_least: f64,
+) -> serde_json::Value {
+    let (_, s) = rates(runs, workload, 1, Engine::Store);
+    let (_, r) = rates(runs, workload, 1, engine);
+    let got = ratio(s, r);
+    json!({
+        "what": format!("store / {} ≥ {at_least}", engine_name(engine)),
+        "value": got,
+        "met": got >= at_least,
+    })
 }
 
 /// The table of results, a row per workload and thread count.

@@ -208,39 +208,13 @@ fn measure(
         4,
         "mixed random load, with and without fsync after every write",
     );
-    let mixed_plan = mixed::MixedPlan {
-        dir: dir.clone(),
-        set_size: MIXED_SET_BYTES,
-        files: MIXED_FILES,
-        file_size: MIXED_SET_BYTES / u64::from(MIXED_FILES),
-        threads: MIXED_THREADS,
-        block: 16 << 10,
-        read_percent: 60,
-        duration_s: args.mixed_duration,
-        quick: true,
-        json: false,
-        plot: None,
-    };
+    let mixed_plan = mixed_plan(&dir, &args);
     let mixed = mixed::run_all(vfs, &mixed_plan).unwrap_or_else(|e| {
         eprintln!("mixed: error: {e:#}");
         Vec::new()
     });
     step(5, "fill-random transactions, five ways");
-    let mmap_plan = mmap::MmapPlan {
-        dir: dir.clone(),
-        transactions: args.transactions,
-        puts: 100,
-        key_size: 16,
-        value_size: 100,
-        tx_bytes: 11_600,
-        region: MMAP_REGION_BYTES,
-        prealloc,
-        variants: mmap::Variant::ALL.to_vec(),
-        rounds: 1,
-        quick: true,
-        json: false,
-        plot: None,
-    };
+    let mmap_plan = mmap_plan(&dir, &args, prealloc);
     let mmap = mmap::run_rounds(vfs, &mmap_plan);
     figures.sizes = report::size_figures(&sizes);
     figures.scaling = report::scale_figures(&scaling);
@@ -260,6 +234,44 @@ fn measure(
         verdict,
         elapsed_s: 0.0,
     })
+}
+
+/// Step 4's mixed random load: 60 % reads of 16 KiB blocks over
+/// [`MIXED_FILES`] files, [`MIXED_THREADS`] threads.
+fn mixed_plan(dir: &Path, args: &ProbeArgs) -> mixed::MixedPlan {
+    mixed::MixedPlan {
+        dir: dir.to_path_buf(),
+        set_size: MIXED_SET_BYTES,
+        files: MIXED_FILES,
+        file_size: MIXED_SET_BYTES / u64::from(MIXED_FILES),
+        threads: MIXED_THREADS,
+        block: 16 << 10,
+        read_percent: 60,
+        duration_s: args.mixed_duration,
+        quick: true,
+        json: false,
+        plot: None,
+    }
+}
+
+/// Step 5's fill-random transactions (100 puts of 16-byte keys and
+/// 100-byte values), every variant once, in files prepared by `prealloc`.
+fn mmap_plan(dir: &Path, args: &ProbeArgs, prealloc: Prealloc) -> mmap::MmapPlan {
+    mmap::MmapPlan {
+        dir: dir.to_path_buf(),
+        transactions: args.transactions,
+        puts: 100,
+        key_size: 16,
+        value_size: 100,
+        tx_bytes: 11_600,
+        region: MMAP_REGION_BYTES,
+        prealloc,
+        variants: mmap::Variant::ALL.to_vec(),
+        rounds: 1,
+        quick: true,
+        json: false,
+        plot: None,
+    }
 }
 
 fn durable_floor(

@@ -60,34 +60,9 @@ fn truncate_quiet(shared: &Shared, st: &mut State, lsn: Lsn) -> Result<(), Journ
     if lsn + 1 >= st.next_lsn {
         return Ok(());
     }
-    let first = st
-        .segments
-        .iter()
-        .find_map(|s| s.first_lsn)
-        .unwrap_or(st.next_lsn);
-    if lsn + 1 < first {
-        return Err(JournalError::TruncateBeforeStart { lsn, first });
-    }
-    let idx = st
-        .segments
-        .iter()
-        .position(|s| {
-            s.first_lsn.is_some_and(|f| f <= lsn + 1) && s.last_lsn.is_some_and(|l| l > lsn)
-        })
-        .expect("a segment holds lsn + 1");
-    let block = shared.spec.block_size;
-    let bytes = scan::read_segment(shared.vfs.as_ref(), &st.segments[idx].path)?;
+    let (idx, cut, bytes) = find_cut(shared, st, lsn)?;
     let seq = st.segments[idx].seq;
-    let mut cursor = ChainCursor {
-        expected_lsn: st.segments[idx].first_lsn,
-        salt: None,
-    };
-    let (records, _, _) = scan::walk_segment(&bytes, seq, block, &mut cursor);
-    let cut = records
-        .iter()
-        .find(|r| r.lsn == lsn + 1)
-        .map(|r| r.pos)
-        .expect("record lsn + 1");
+    let block = shared.spec.block_size;
     let cut_block = cut / block as u64 * block as u64;
     let tail = bytes[cut_block as usize..cut as usize].to_vec();
     if st.segments[idx].first_lsn == Some(lsn + 1) {
@@ -108,7 +83,63 @@ fn truncate_quiet(shared: &Shared, st: &mut State, lsn: Lsn) -> Result<(), Journ
     // Later segments become spares again (their headers are intact). Open
     // every file before changing any state: a failure poisons the journal,
     // which must still be consistent.
-    let (mut spares, active) = reopen_from(shared, st, idx)?;
+    let (spares, active) = reopen_from(shared, st, idx)?;
+    go_on_from_cut(st, idx, lsn, cut, tail, spares, active);
+    shared.durable_lsn.store(lsn, Ordering::Release);
+    Ok(())
+}
+
+/// Where record `lsn + 1` starts: the index of its segment in
+/// `st.segments`, its byte offset there, and the segment's bytes. Refuses
+/// an `lsn` below the journal's first record.
+fn find_cut(shared: &Shared, st: &State, lsn: Lsn) -> Result<(usize, u64, Vec<u8>), JournalError> {
+    let first = st
+        .segments
+        .iter()
+        .find_map(|s| s.first_lsn)
+        .unwrap_or(st.next_lsn);
+    if lsn + 1 < first {
+        return Err(JournalError::TruncateBeforeStart { lsn, first });
+    }
+    let idx = st
+        .segments
+        .iter()
+        .position(|s| {
+            s.first_lsn.is_some_and(|f| f <= lsn + 1) && s.last_lsn.is_some_and(|l| l > lsn)
+        })
+        .expect("a segment holds lsn + 1");
+    let bytes = scan::read_segment(shared.vfs.as_ref(), &st.segments[idx].path)?;
+    let mut cursor = ChainCursor {
+        expected_lsn: st.segments[idx].first_lsn,
+        salt: None,
+    };
+    let (records, _, _) = scan::walk_segment(
+        &bytes,
+        st.segments[idx].seq,
+        shared.spec.block_size,
+        &mut cursor,
+    );
+    let cut = records
+        .iter()
+        .find(|r| r.lsn == lsn + 1)
+        .map(|r| r.pos)
+        .expect("record lsn + 1");
+    Ok((idx, cut, bytes))
+}
+
+/// The writer's state after the cut at `cut` in segment `idx`: later
+/// segments are `spares` (before the old spares), appends go on at the
+/// cut (`tail`: the cut block's bytes before it) with LSN `lsn + 1`, in a
+/// new epoch (a new salt).
+fn go_on_from_cut(
+    st: &mut State,
+    idx: usize,
+    lsn: Lsn,
+    cut: u64,
+    tail: Vec<u8>,
+    mut spares: VecDeque<ReadySegment>,
+    active: ReadySegment,
+) {
     st.segments.truncate(idx + 1);
     spares.extend(st.spares.drain(..));
     st.spares = spares;
@@ -128,8 +159,6 @@ fn truncate_quiet(shared: &Shared, st: &mut State, lsn: Lsn) -> Result<(), Journ
     st.next_lsn = lsn + 1;
     st.salt = new_salt(st.salt);
     st.epoch_start_pending = true;
-    shared.durable_lsn.store(lsn, Ordering::Release);
-    Ok(())
 }
 
 /// Zero segment `idx` from `cut_block` (writing `tail`, the cut block's

@@ -351,31 +351,36 @@ pub fn text(plan: &MmapPlan, outcomes: &[Outcome]) -> String {
          in the same round.\n",
     );
     if rounds {
-        let mut m = Table::new(&[
-            ("variant", Align::Left),
-            ("median tx/s", Align::Right),
-            ("median × sequential", Align::Right),
-            ("× sequential per round", Align::Left),
-        ]);
-        for s in summarize(plan, outcomes) {
-            let per_round: Vec<String> =
-                s.vs_sequential.iter().map(|r| format!("{r:.2}")).collect();
-            m.push(vec![
-                s.variant.name().to_string(),
-                s.median_tx_per_s.map_or("error".into(), |x| number(x, 0)),
-                s.median_vs_sequential
-                    .map_or("error".into(), |x| format!("{x:.2}")),
-                per_round.join(", "),
-            ]);
-        }
         out.push_str(&format!("\nmedians of {} rounds:\n\n", plan.rounds));
-        out.push_str(&m.render());
+        out.push_str(&medians_table(plan, outcomes).render());
     }
     if !errors.is_empty() {
         out.push_str("\nerrors:\n");
         out.push_str(&errors);
     }
     out
+}
+
+/// Each variant's median over the rounds, and its ratio to `sequential`
+/// per round.
+fn medians_table(plan: &MmapPlan, outcomes: &[Outcome]) -> Table {
+    let mut m = Table::new(&[
+        ("variant", Align::Left),
+        ("median tx/s", Align::Right),
+        ("median × sequential", Align::Right),
+        ("× sequential per round", Align::Left),
+    ]);
+    for s in summarize(plan, outcomes) {
+        let per_round: Vec<String> = s.vs_sequential.iter().map(|r| format!("{r:.2}")).collect();
+        m.push(vec![
+            s.variant.name().to_string(),
+            s.median_tx_per_s.map_or("error".into(), |x| number(x, 0)),
+            s.median_vs_sequential
+                .map_or("error".into(), |x| format!("{x:.2}")),
+            per_round.join(", "),
+        ]);
+    }
+    m
 }
 
 #[cfg(test)]

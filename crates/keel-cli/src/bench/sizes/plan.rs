@@ -152,28 +152,8 @@ pub struct SizesPlan {
 impl SizesPlan {
     pub fn resolve(args: &SizesArgs) -> anyhow::Result<SizesPlan> {
         let dirty_limit_bytes = dirty_limit_bytes();
-        let (total_bytes, buffered_total_bytes) = match (args.total, args.quick) {
-            (Some(t), _) => (t.bytes(), t.bytes()),
-            (None, true) => (QUICK_TOTAL_BYTES, QUICK_TOTAL_BYTES),
-            (None, false) => {
-                let twice_dirty = dirty_limit_bytes.map_or(0, |d| d.saturating_mul(2));
-                // Round up to a GiB so that every size divides it.
-                let rounded = twice_dirty.div_ceil(1 << 30) << 30;
-                (DEFAULT_TOTAL_BYTES, rounded.max(DEFAULT_TOTAL_BYTES))
-            }
-        };
-        if total_bytes == 0 {
-            bail!("--total must be at least 1 byte");
-        }
-        let sizes: Vec<u64> = args.sizes.iter().map(|s| s.bytes()).collect();
-        for &s in &sizes {
-            if s == 0 || s > MAX_SIZE_BYTES {
-                bail!(
-                    "--sizes: each write size must be between 1 byte and {}; got {s}",
-                    format_size(MAX_SIZE_BYTES)
-                );
-            }
-        }
+        let (total_bytes, buffered_total_bytes) = totals(args, dirty_limit_bytes)?;
+        let sizes = checked_sizes(args)?;
         let writers = args.parallel.or(args.threads);
         if args.separate_files && writers.is_none() {
             bail!("--separate-files needs --parallel N or --threads N");
@@ -199,6 +179,20 @@ impl SizesPlan {
         } else {
             Layout::OneFile
         };
+        plan.add_all_series(args, layout, sizes, all_sizes);
+        Ok(plan)
+    }
+
+    /// The series `args` ask for (`--parallel`, `--threads`, or by
+    /// default sequential, parallel, separate files and many threads).
+    fn add_all_series(
+        &mut self,
+        args: &SizesArgs,
+        layout: Layout,
+        sizes: Vec<u64>,
+        all_sizes: Vec<u64>,
+    ) {
+        let plan = self;
         match (args.parallel, args.threads) {
             (Some(n), _) => plan.add_series("parallel", n, layout, &all_sizes),
             (None, Some(n)) => {
@@ -236,7 +230,6 @@ impl SizesPlan {
                 );
             }
         }
-        Ok(plan)
     }
 
     /// Runs for every size, buffered then durable. Each writer makes at
@@ -308,6 +301,40 @@ pub fn dirty_limit_bytes() -> Option<u64> {
         .parse()
         .ok()?;
     Some(available_kib * 1024 / 100 * ratio)
+}
+
+/// The bytes each durable and each buffered run writes: `--total`, or
+/// the quick or default totals (buffered: at least twice the kernel's
+/// dirty limit, so that buffered runs reach the disk).
+fn totals(args: &SizesArgs, dirty_limit_bytes: Option<u64>) -> anyhow::Result<(u64, u64)> {
+    let (total_bytes, buffered_total_bytes) = match (args.total, args.quick) {
+        (Some(t), _) => (t.bytes(), t.bytes()),
+        (None, true) => (QUICK_TOTAL_BYTES, QUICK_TOTAL_BYTES),
+        (None, false) => {
+            let twice_dirty = dirty_limit_bytes.map_or(0, |d| d.saturating_mul(2));
+            // Round up to a GiB so that every size divides it.
+            let rounded = twice_dirty.div_ceil(1 << 30) << 30;
+            (DEFAULT_TOTAL_BYTES, rounded.max(DEFAULT_TOTAL_BYTES))
+        }
+    };
+    if total_bytes == 0 {
+        bail!("--total must be at least 1 byte");
+    }
+    Ok((total_bytes, buffered_total_bytes))
+}
+
+/// `--sizes` in bytes, each between 1 byte and [`MAX_SIZE_BYTES`].
+fn checked_sizes(args: &SizesArgs) -> anyhow::Result<Vec<u64>> {
+    let sizes: Vec<u64> = args.sizes.iter().map(|s| s.bytes()).collect();
+    for &s in &sizes {
+        if s == 0 || s > MAX_SIZE_BYTES {
+            bail!(
+                "--sizes: each write size must be between 1 byte and {}; got {s}",
+                format_size(MAX_SIZE_BYTES)
+            );
+        }
+    }
+    Ok(sizes)
 }
 
 #[cfg(test)]
