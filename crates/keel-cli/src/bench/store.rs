@@ -379,6 +379,33 @@ fn ratio_target(
     })
 }
 
+/// For each row whose median run had lone large commits (w3): how long
+/// their two legs took, the journal's write and the memtable apply beside
+/// it, and how many of each took over 1 ms.
+fn legs_lines(rows: &[serde_json::Value]) -> String {
+    let mut out = String::new();
+    for r in rows {
+        let o = &r["overlap"];
+        if o["commits"].as_u64().unwrap_or(0) == 0 {
+            continue;
+        }
+        out += &format!(
+            "\n{} T={}, the store's median run: {} commits wrote their record while the helper \
+             applied them; per commit, the write {} µs and the apply {} µs; {} writes and {} \
+             applies took over 1 ms; {} applies ran after the write (the helper not yet awake).\n",
+            r["workload"].as_str().unwrap_or("?"),
+            r["threads"],
+            o["commits"],
+            o["write_us_per_commit"],
+            o["apply_us_per_commit"],
+            o["writes_over_1ms"],
+            o["applies_over_1ms"],
+            o["applied_after_write"],
+        );
+    }
+    out
+}
+
 /// The table of results, a row per workload and thread count.
 fn results_table(rows: &[serde_json::Value]) -> Table {
     let mut t = Table::new(&[
@@ -467,6 +494,7 @@ fn render(
         }
     );
     out += &t.render();
+    out += &legs_lines(rows);
     let mut shown: Vec<Engine> = Vec::new();
     for r in runs.iter().filter(|r| r.round == 0) {
         if !shown.contains(&r.config.engine) {
