@@ -441,6 +441,38 @@ struct Up {
     right: Option<(Head, *const Entry, Owned<Node>)>,
 }
 
+impl Up {
+    /// The full leaf `l` (its first `len` slots) and `(head, entry)`, as
+    /// two sorted leaves.
+    fn split(l: &Node, len: usize, head: Head, entry: *const Entry) -> Up {
+        let mut slots = l.sorted_slots(len);
+        let at = slots.partition_point(|s| slot_cmp(s, &(head, entry)).is_lt());
+        slots.insert(at, (head, entry));
+        let half = slots.len() / 2;
+        let right = Node::sorted_leaf(&slots[half..]);
+        Up {
+            node: Owned::new(Node::sorted_leaf(&slots[..half])),
+            right: Some((slots[half].0, slots[half].1, Owned::new(right))),
+        }
+    }
+
+    /// The new root, when the change reached the top: the node, or a new
+    /// inner node above it and its right half.
+    fn into_root(self, guard: &Guard) -> Owned<Node> {
+        match self.right {
+            None => self.node,
+            Some((head, sep, right)) => {
+                let mut r = Node::inner();
+                let left = self.node.into_shared(guard);
+                let right = right.into_shared(guard);
+                r.insert_child(0, Head::default(), ptr::null(), left);
+                r.insert_child(1, head, sep, right);
+                Owned::new(r)
+            }
+        }
+    }
+}
+
 // ----- the memtable ---------------------------------------------------------
 
 /// The memtable. See the module doc.
@@ -804,16 +836,7 @@ impl MemWriter<'_> {
         // from the root under `guard`) is retired only below.
         let l = unsafe { node.deref() };
         let mut depth = path.len();
-        // Split the full leaf into two sorted ones.
-        let mut slots = l.sorted_slots(len);
-        let at = slots.partition_point(|s| slot_cmp(s, &(head, entry)).is_lt());
-        slots.insert(at, (head, entry));
-        let half = slots.len() / 2;
-        let right = Node::sorted_leaf(&slots[half..]);
-        let mut up = Up {
-            node: Owned::new(Node::sorted_leaf(&slots[..half])),
-            right: Some((slots[half].0, slots[half].1, Owned::new(right))),
-        };
+        let mut up = Up::split(l, len, head, entry);
         // Carry the change up until a node takes it without splitting.
         // The nodes it replaces are retired only after the store that
         // unlinks them.
@@ -822,19 +845,7 @@ impl MemWriter<'_> {
         let mut retired = 1;
         loop {
             let Some(d) = depth.checked_sub(1) else {
-                // The root changed.
-                let new_root = match up.right {
-                    None => up.node,
-                    Some((head, sep, right)) => {
-                        let mut r = Node::inner();
-                        let left = up.node.into_shared(guard);
-                        let right = right.into_shared(guard);
-                        r.insert_child(0, Head::default(), ptr::null(), left);
-                        r.insert_child(1, head, sep, right);
-                        Owned::new(r)
-                    }
-                };
-                mem.root.store(new_root, Ordering::Release);
+                mem.root.store(up.into_root(guard), Ordering::Release);
                 break;
             };
             depth = d;
