@@ -9,7 +9,7 @@ use std::sync::Arc;
 use super::scan::{self, SegmentScan};
 use super::segments::{ReadySegment, SegmentSpec};
 use super::writer::{self, SegMeta, Shared, State};
-use super::{Journal, JournalError, JournalOptions, RecoveryMode, RecoveryReport};
+use super::{Journal, JournalError, JournalOptions, Lsn, RecoveryMode, RecoveryReport};
 use crate::io::{IoError, OpenMode, OpenOptions, SyncKind, Vfs, WriteMethod};
 
 /// The lock file inside a journal directory.
@@ -26,15 +26,7 @@ pub(super) fn open(
         IoError::Locked { .. } => JournalError::Locked(dir.to_path_buf()),
         e => e.into(),
     })?;
-    let (method, fallback) = choose_method(vfs.as_ref(), dir, options.method)?;
-    options.method = Some(method);
-    if method.is_direct() && vfs.block_size(dir)? > options.block_size_bytes {
-        return Err(JournalError::BadOptions(format!(
-            "block size {} is smaller than the device's direct-I/O alignment {}",
-            options.block_size_bytes,
-            vfs.block_size(dir)?
-        )));
-    }
+    let (method, fallback) = method_for(vfs.as_ref(), dir, &mut options)?;
     let mut found = scan::scan(vfs.as_ref(), dir, options.max_write_bytes)?;
     adopt_existing_geometry(&found.segments, &mut options)?;
     let set_aside = match options.recovery_mode {
@@ -78,15 +70,54 @@ pub(super) fn open(
     let mut state = State::new(next_lsn, salt, active, pos, tail, segments);
     state.spares = spares;
     state.free = free;
-    while state.spares.len() < options.spare_segments {
+    prepare_spares(
+        vfs.as_ref(),
+        &spec,
+        &mut state,
+        options.spare_segments,
+        next_lsn,
+    )?;
+    let shared = Arc::new(Shared::new(vfs, spec, options, state, lock));
+    start_threads(shared, dir, report)
+}
+
+/// The write method to use (`options.method`, or the fastest this file
+/// system takes), set in `options`, and whether it is a fallback; refuses
+/// a block size under the device's direct-I/O alignment.
+fn method_for(
+    vfs: &dyn Vfs,
+    dir: &Path,
+    options: &mut JournalOptions,
+) -> Result<(WriteMethod, Option<String>), JournalError> {
+    let (method, fallback) = choose_method(vfs, dir, options.method)?;
+    options.method = Some(method);
+    if method.is_direct() && vfs.block_size(dir)? > options.block_size_bytes {
+        return Err(JournalError::BadOptions(format!(
+            "block size {} is smaller than the device's direct-I/O alignment {}",
+            options.block_size_bytes,
+            vfs.block_size(dir)?
+        )));
+    }
+    Ok((method, fallback))
+}
+
+/// Prepare spare segments (reusing free ones first) until `state` has
+/// `count`.
+fn prepare_spares(
+    vfs: &dyn Vfs,
+    spec: &SegmentSpec,
+    state: &mut State,
+    count: usize,
+    next_lsn: Lsn,
+) -> Result<(), JournalError> {
+    while state.spares.len() < count {
         let seq = state.spares.back().map_or(state.active.seq, |s| s.seq) + 1;
         let old = state.free.pop_front();
         state
             .spares
-            .push_back(spec.prepare(vfs.as_ref(), seq, old.as_deref(), next_lsn)?);
+            .push_back(spec.prepare(vfs, seq, old.as_deref(), next_lsn)?);
     }
-    let shared = Arc::new(Shared::new(vfs, spec, options, state, lock));
-    start_threads(shared, dir, report)
+    Ok(())
 }
 
 /// The journal's two background threads: the segment preparer and the
