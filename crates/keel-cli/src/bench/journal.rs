@@ -424,13 +424,8 @@ fn summarize(a: &JournalArgs, runs: &[Run]) -> Vec<serde_json::Value> {
         .collect()
 }
 
-fn render(
-    a: &JournalArgs,
-    rows: &[serde_json::Value],
-    runs: &[Run],
-    command: &[String],
-    machine: &Machine,
-) -> String {
+/// The table of results, a row per configuration.
+fn results_table(rows: &[serde_json::Value]) -> Table {
     let mut t = Table::new(&[
         ("workload", Align::Left),
         ("T", Align::Right),
@@ -464,6 +459,19 @@ fn render(
             f(&r["records_per_write"], 1),
         ]);
     }
+    t
+}
+
+/// The text report: the command, the machine, how the runs were made, the
+/// table, and one exact invocation per engine.
+fn render(
+    a: &JournalArgs,
+    rows: &[serde_json::Value],
+    runs: &[Run],
+    command: &[String],
+    machine: &Machine,
+) -> String {
+    let t = results_table(rows);
     let mut out = String::new();
     out += &format!("`{}`\n\n", command.join(" "));
     out += &format!("Machine: {}\n\n", machine.describe());

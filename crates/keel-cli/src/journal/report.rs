@@ -271,6 +271,25 @@ fn problems(scan: &Scan) -> Vec<Problem> {
             ),
         });
     }
+    out.extend(file_problems(scan));
+    if let Some((seq, pos, StopReason::Damaged(RecordError::BadFlags))) = &scan.stop {
+        out.push(Problem {
+            kind: "unknown_flags",
+            segment: Some(*seq),
+            offset: Some(*pos),
+            message: format!(
+                "the record at segment {seq} byte {pos} has a valid checksum but unknown flags \
+                 or reserved bytes: written by a newer format, or corrupt"
+            ),
+        });
+    }
+    out
+}
+
+/// Problems with the segment files themselves: set aside by an earlier
+/// open, or not the length their header says.
+fn file_problems(scan: &Scan) -> Vec<Problem> {
+    let mut out = Vec::new();
     for path in &scan.set_aside {
         out.push(Problem {
             kind: "segment_set_aside",
@@ -299,17 +318,6 @@ fn problems(scan: &Scan) -> Vec<Problem> {
                 });
             }
         }
-    }
-    if let Some((seq, pos, StopReason::Damaged(RecordError::BadFlags))) = &scan.stop {
-        out.push(Problem {
-            kind: "unknown_flags",
-            segment: Some(*seq),
-            offset: Some(*pos),
-            message: format!(
-                "the record at segment {seq} byte {pos} has a valid checksum but unknown flags \
-                 or reserved bytes: written by a newer format, or corrupt"
-            ),
-        });
     }
     out
 }

@@ -847,53 +847,28 @@ pub(super) fn settle(dir: &Path) {
 
 /// The timed region: barrier, T committers, join.
 pub(super) fn timed(spec: &Spec, pool: &ValuePool, c: &dyn Committer) -> anyhow::Result<Outcome> {
-    let barrier = Barrier::new(spec.threads + 1);
-    let stop = AtomicBool::new(false);
-    let claimed = AtomicU64::new(0);
-    let failed = AtomicBool::new(false);
+    let gate = Gate {
+        barrier: Barrier::new(spec.threads + 1),
+        stop: AtomicBool::new(false),
+        claimed: AtomicU64::new(0),
+        failed: AtomicBool::new(false),
+    };
     let mut started = Instant::now();
     let mut usage0 = (0, 0.0);
     let mut steal0 = None;
     let results: Vec<anyhow::Result<(u64, LatencyRecorder)>> = std::thread::scope(|s| {
         let handles: Vec<_> = (0..spec.threads)
             .map(|t| {
-                let (barrier, stop, claimed, failed) = (&barrier, &stop, &claimed, &failed);
-                s.spawn(move || -> anyhow::Result<(u64, LatencyRecorder)> {
-                    let mut rng = rand::rng();
-                    let mut lat = LatencyRecorder::new();
-                    let mut record = Vec::with_capacity(spec.encoded_bytes());
-                    let mut seq = 0u64;
-                    barrier.wait();
-                    loop {
-                        if spec.count > 0 {
-                            if claimed.fetch_add(1, Ordering::Relaxed) >= spec.count {
-                                break;
-                            }
-                        } else if stop.load(Ordering::Relaxed) {
-                            break;
-                        }
-                        if failed.load(Ordering::Relaxed) {
-                            break;
-                        }
-                        encode(spec, pool, &mut rng, t as u64, seq, &mut record);
-                        let t0 = Instant::now();
-                        if let Err(e) = c.commit(t, &record, spec.size) {
-                            failed.store(true, Ordering::Relaxed);
-                            return Err(e);
-                        }
-                        lat.record(t0.elapsed());
-                        seq += 1;
-                    }
-                    Ok((seq, lat))
-                })
+                let gate = &gate;
+                s.spawn(move || commit_loop(spec, pool, c, t, gate))
             })
             .collect();
-        barrier.wait();
+        gate.barrier.wait();
         usage0 = rusage();
         steal0 = steal_ms();
         started = Instant::now();
         if spec.count == 0 {
-            run_for(started, spec.duration, &failed, &stop);
+            run_for(started, spec.duration, &gate.failed, &gate.stop);
         }
         handles
             .into_iter()
@@ -922,6 +897,53 @@ pub(super) fn timed(spec: &Spec, pool: &ValuePool, c: &dyn Committer) -> anyhow:
         steal_ms: steal,
         info: json!({}),
     })
+}
+
+/// What the committing threads of a timed run share: the start, the stop,
+/// the count of commits claimed (a `--count` run) and whether one failed.
+struct Gate {
+    barrier: Barrier,
+    stop: AtomicBool,
+    claimed: AtomicU64,
+    failed: AtomicBool,
+}
+
+/// Committing thread `t`: after the start, commit until the count is
+/// claimed, the time is up or a thread failed; its commits and their
+/// latencies.
+fn commit_loop(
+    spec: &Spec,
+    pool: &ValuePool,
+    c: &dyn Committer,
+    t: usize,
+    gate: &Gate,
+) -> anyhow::Result<(u64, LatencyRecorder)> {
+    let mut rng = rand::rng();
+    let mut lat = LatencyRecorder::new();
+    let mut record = Vec::with_capacity(spec.encoded_bytes());
+    let mut seq = 0u64;
+    gate.barrier.wait();
+    loop {
+        if spec.count > 0 {
+            if gate.claimed.fetch_add(1, Ordering::Relaxed) >= spec.count {
+                break;
+            }
+        } else if gate.stop.load(Ordering::Relaxed) {
+            break;
+        }
+        if gate.failed.load(Ordering::Relaxed) {
+            break;
+        }
+        encode(spec, pool, &mut rng, t as u64, seq, &mut record);
+        let t0 = Instant::now();
+        if let Err(e) = c.commit(t, &record, spec.size) {
+            gate.failed.store(true, Ordering::Relaxed);
+            return Err(e);
+        }
+        lat.record(t0.elapsed());
+        seq += 1;
+    }
+    Ok((seq, lat))
 }
 
 /// Let the workers run for `seconds` from `started` (or until one of them
