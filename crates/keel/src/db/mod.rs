@@ -290,11 +290,11 @@ pub struct Stats {
     /// The time between `begin_write` and `commit` is the caller's, and
     /// not counted either.
     pub commit_writer_ms: f64,
-    /// Lone commits of 16 changes or more (nobody else
-    /// queued) whose journal write, on the committing thread, and apply to
-    /// the memtable, on the store's helper thread, ran side by side — the
-    /// commit path of a single writer of large transactions. The fields
-    /// below split their time, to tell which leg a slow commit waited on.
+    /// Lone commits of 16 changes or more (nobody else queued) whose
+    /// journal write, on the committing thread, and apply to the memtable,
+    /// on the store's helper thread, ran side by side: the commit path of
+    /// a single writer of large transactions. The fields below split their
+    /// time, to tell which leg a slow commit waited on.
     pub overlapped_commits: u64,
     /// Time their writes took: from the committer starting the journal's
     /// write until the record was durable.
