@@ -174,34 +174,7 @@ fn timed(
     pool: &RandomPool,
     bar: &indicatif::ProgressBar,
 ) -> anyhow::Result<(Duration, LatencyRecorder)> {
-    let len = plan.file_bytes(variant) as usize;
-    let open_for_map = || {
-        std::fs::OpenOptions::new()
-            .read(true)
-            .write(true)
-            .open(path)
-            .with_context(|| format!("open {} for mapping", path.display()))
-    };
-    let mut maps = match variant {
-        // SAFETY: the file is this bench's own (created just now with a
-        // unique name, mode 0600) and nobody truncates it while it is
-        // mapped; the map is dropped before the file is removed.
-        Variant::MmapRandom => {
-            Maps::Shared(unsafe { MmapOptions::new().len(len).map_mut(&open_for_map()?) }?)
-        }
-        Variant::SequentialReadMap => {
-            // SAFETY: as above; the map is only read.
-            let map = unsafe { MmapOptions::new().len(len).map(&open_for_map()?) }?;
-            // Fault every page in, as a reader of the store would have:
-            // writeback must then deal with pages mapped into a process.
-            let touched = (0..map.len())
-                .step_by(PAGE_BYTES as usize)
-                .fold(0u8, |a, i| a ^ map[i]);
-            std::hint::black_box(touched);
-            Maps::ReadOnly(map)
-        }
-        _ => Maps::None,
-    };
+    let mut maps = maps_for(variant, path, plan.file_bytes(variant) as usize)?;
     let tx = plan.tx_bytes as usize;
     let put = (plan.key_size + plan.value_size) as usize;
     let slots = (plan.region - plan.tx_bytes) / PAGE_BYTES + 1;
@@ -240,6 +213,40 @@ fn timed(
     let elapsed = start.elapsed();
     verify(file, &maps, pool, last, tx)?;
     Ok((elapsed, latency))
+}
+
+/// The maps `variant` writes or reads through, over the first `len`
+/// bytes of the file at `path`: a shared writable map (`mmap_random`), a
+/// read-only one with every page faulted in (`sequential_read_map`), or
+/// none.
+fn maps_for(variant: Variant, path: &Path, len: usize) -> anyhow::Result<Maps> {
+    let open_for_map = || {
+        std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(path)
+            .with_context(|| format!("open {} for mapping", path.display()))
+    };
+    Ok(match variant {
+        // SAFETY: the file is this bench's own (created just now with a
+        // unique name, mode 0600) and nobody truncates it while it is
+        // mapped; the map is dropped before the file is removed.
+        Variant::MmapRandom => {
+            Maps::Shared(unsafe { MmapOptions::new().len(len).map_mut(&open_for_map()?) }?)
+        }
+        Variant::SequentialReadMap => {
+            // SAFETY: as above; the map is only read.
+            let map = unsafe { MmapOptions::new().len(len).map(&open_for_map()?) }?;
+            // Fault every page in, as a reader of the store would have:
+            // writeback must then deal with pages mapped into a process.
+            let touched = (0..map.len())
+                .step_by(PAGE_BYTES as usize)
+                .fold(0u8, |a, i| a ^ map[i]);
+            std::hint::black_box(touched);
+            Maps::ReadOnly(map)
+        }
+        _ => Maps::None,
+    })
 }
 
 /// Check (untimed) that the last transaction reads back through `pread`,
