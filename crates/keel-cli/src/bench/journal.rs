@@ -491,18 +491,26 @@ fn render(
         a.rounds, a.count, a.duration
     );
     out += &t.render();
-    // The exact invocations, so that any row can be rerun by hand (the
-    // other rows differ in --workload, --threads, --size and the
-    // journal's flags).
+    out += &invocations(runs.iter().filter(|r| r.round == 0).map(|r| {
+        let name = r.result["info"]["engine"].as_str().unwrap_or("?");
+        (r.engine, name, &r.args[..])
+    }));
+    out
+}
+
+/// The exact `keel bench commit` invocation of the first run of each
+/// engine among `runs` (engine, its name, the run's arguments), a line
+/// each, so that any row of a report can be rerun by hand (the other rows
+/// differ in their workload, size and thread flags).
+pub(super) fn invocations<'a>(
+    runs: impl Iterator<Item = (Engine, &'a str, &'a [String])>,
+) -> String {
+    let mut out = String::new();
     let mut shown: Vec<Engine> = Vec::new();
-    for r in runs.iter().filter(|r| r.round == 0) {
-        if !shown.contains(&r.engine) {
-            shown.push(r.engine);
-            out += &format!(
-                "\nA {} run: `keel {}`",
-                r.result["info"]["engine"].as_str().unwrap_or("?"),
-                r.args.join(" ")
-            );
+    for (engine, name, args) in runs {
+        if !shown.contains(&engine) {
+            shown.push(engine);
+            out += &format!("\nA {name} run: `keel {}`", args.join(" "));
         }
     }
     if !shown.is_empty() {

@@ -20,7 +20,7 @@ use clap::Args;
 use serde_json::json;
 
 use super::commit::{with_dir, BatchStartArg, Engine, Spec, Values, Workload};
-use super::journal::run_child;
+use super::journal::{invocations, run_child};
 use super::report::{median, number, progress, Align, Machine, Table};
 
 /// The store's targets: w3 against raw and against the journal, w1
@@ -278,7 +278,8 @@ fn summarize(a: &StoreArgs, runs: &[Run]) -> Vec<serde_json::Value> {
     let mut rows = vec![
         summary_row(
             runs,
-            (Workload::W3, 1),
+            Workload::W3,
+            1,
             &[Engine::Raw, Engine::Journal],
             vec![
                 ratio_target(runs, Workload::W3, Engine::Raw, W3_VS_RAW),
@@ -287,7 +288,8 @@ fn summarize(a: &StoreArgs, runs: &[Run]) -> Vec<serde_json::Value> {
         ),
         summary_row(
             runs,
-            (Workload::W1, 1),
+            Workload::W1,
+            1,
             &[Engine::Journal],
             vec![ratio_target(
                 runs,
@@ -298,7 +300,8 @@ fn summarize(a: &StoreArgs, runs: &[Run]) -> Vec<serde_json::Value> {
         ),
         summary_row(
             runs,
-            (Workload::W2, a.w2_threads),
+            Workload::W2,
+            a.w2_threads,
             &[Engine::Journal],
             // The target is for T = 64.
             if a.w2_threads == 64 {
@@ -313,8 +316,8 @@ fn summarize(a: &StoreArgs, runs: &[Run]) -> Vec<serde_json::Value> {
         ),
     ];
     if a.r1 {
-        rows.push(summary_row(runs, (Workload::R1, 1), &[], Vec::new()));
-        rows.push(summary_row(runs, (Workload::R1, 2), &[], Vec::new()));
+        rows.push(summary_row(runs, Workload::R1, 1, &[], Vec::new()));
+        rows.push(summary_row(runs, Workload::R1, 2, &[], Vec::new()));
     }
     rows
 }
@@ -324,7 +327,8 @@ fn summarize(a: &StoreArgs, runs: &[Run]) -> Vec<serde_json::Value> {
 /// details of the store's median run.
 fn summary_row(
     runs: &[Run],
-    (workload, threads): (Workload, usize),
+    workload: Workload,
+    threads: usize,
     refs: &[Engine],
     targets: Vec<serde_json::Value>,
 ) -> serde_json::Value {
@@ -495,19 +499,10 @@ fn render(
     );
     out += &t.render();
     out += &legs_lines(rows);
-    let mut shown: Vec<Engine> = Vec::new();
-    for r in runs.iter().filter(|r| r.round == 0) {
-        if !shown.contains(&r.config.engine) {
-            shown.push(r.config.engine);
-            out += &format!(
-                "\nA {} run: `keel {}`",
-                engine_name(r.config.engine),
-                r.args.join(" ")
-            );
-        }
-    }
-    if !shown.is_empty() {
-        out += "\n";
-    }
+    out += &invocations(
+        runs.iter()
+            .filter(|r| r.round == 0)
+            .map(|r| (r.config.engine, engine_name(r.config.engine), &r.args[..])),
+    );
     out
 }
