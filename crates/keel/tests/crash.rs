@@ -51,6 +51,10 @@ struct Model {
     history: BTreeMap<Lsn, Vec<u8>>,
     /// A truncation that may or may not have happened (crashed inside).
     truncate_in_doubt: Option<Lsn>,
+    /// One line per round so far (what ran, where it crashed), printed
+    /// with a failure: a failure found only under some thread timing may
+    /// not replay, and then this is all there is to go on.
+    trail: Vec<String>,
 }
 
 /// What the campaign covered.
@@ -414,14 +418,24 @@ fn run_round(
         },
         false => Phase::EndOfRound,
     };
+    let line = format!(
+        "round {round}: crash {phase:?} {:?} ({mode:?}), sync failure injected {failing}, poisoned {:?}, method {:?}, {:?}, {} in flight, acked {:?}..={:?}, submitted {:?}..={:?}, released {}, durable lsn {}",
+        sim.crash_op(),
+        j.poisoned().map(|e| e.to_string()),
+        j.method(),
+        j.options().batch_start,
+        j.options().writes_in_flight,
+        m.acked.keys().next(),
+        m.acked.keys().last(),
+        m.submitted.keys().next(),
+        m.submitted.keys().last(),
+        m.released,
+        j.durable_lsn(),
+    );
     if std::env::var_os("KEEL_CRASH_VERBOSE").is_some() {
-        eprintln!(
-            "round {round}: crash {phase:?} {:?} ({mode:?}), sync failure injected {failing}, poisoned {:?}, method {:?}",
-            sim.crash_op(),
-            j.poisoned().map(|e| e.to_string()),
-            j.method()
-        );
+        eprintln!("{line}");
     }
+    m.trail.push(line);
     counts.add(phase, chained);
     if failed(&j) {
         counts.failed_sync_rounds += 1;
@@ -460,13 +474,13 @@ fn run_seed(seed: u64, counts: &mut Counts) -> Result<(), String> {
             (mode, chained),
             counts,
         )
-        .map_err(|e| format!("seed {seed} round {round}: {e}"))?;
+        .map_err(|e| format!("seed {seed} round {round}: {e}\n  {}", m.trail.join("\n  ")))?;
         previous = mode;
     }
     // Final recovery check.
     let j = Journal::open(sim.clone(), &dir, options(seed))
         .map_err(|e| format!("seed {seed}: final open: {e}"))?;
-    verify(&j, &mut m).map_err(|e| format!("seed {seed} final: {e}"))
+    verify(&j, &mut m).map_err(|e| format!("seed {seed} final: {e}\n  {}", m.trail.join("\n  ")))
 }
 
 #[test]

@@ -154,6 +154,28 @@ impl WriteMethod {
         }
     }
 
+    /// Whether one write's failure can be reported to another thread's
+    /// sync instead of its own: the methods whose writes go through the
+    /// page cache (or sync separately). Linux keeps one writeback error
+    /// per open file and hands it to the first sync that looks, whichever
+    /// thread's data it was (`fsync(2)`, errseq); a sync after that returns
+    /// 0 even though pages it should have written were dropped.
+    /// `O_DIRECT|O_DSYNC` writes report their own errors.
+    pub fn shares_writeback_errors(self) -> bool {
+        !self.is_direct() || self.sync_after_writes().is_some()
+    }
+
+    /// The sync [`WriteMethod::write_durably`] makes after its
+    /// [`VfsFile::write_at`], for the methods that make one (`fsync`,
+    /// `fdatasync`); `None` when the write itself is durable.
+    pub fn separate_sync(self) -> Option<SyncKind> {
+        match self {
+            WriteMethod::Fsync => Some(SyncKind::All),
+            WriteMethod::Fdatasync => Some(SyncKind::Data),
+            _ => None,
+        }
+    }
+
     /// The sync to make after several [`VfsFile::write_at`] calls so that all
     /// of them are durable (`None` when every write already is).
     pub fn sync_after_writes(self) -> Option<SyncKind> {

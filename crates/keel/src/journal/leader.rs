@@ -327,10 +327,60 @@ fn write_batch(shared: &Shared, batch: &Sealed) -> Result<(), IoError> {
         batch.slab.offset + padded as u64 <= shared.spec.segment_size,
         "batch past segment end"
     );
-    shared
-        .spec
-        .method
-        .write_durably(batch.slab.file.as_ref(), &buf[..padded], batch.slab.offset)
+    let (method, file) = (shared.spec.method, batch.slab.file.as_ref());
+    let (bytes, offset) = (&buf[..padded], batch.slab.offset);
+    if !method.shares_writeback_errors() {
+        return method.write_durably(file, bytes, offset);
+    }
+    let path = shared.spec.path(batch.slab.seq);
+    let result = match method.separate_sync() {
+        Some(kind) => {
+            // The write to the page cache overlaps other batches' syncs;
+            // only the sync is judged.
+            file.write_at(bytes, offset)?;
+            #[cfg(test)]
+            test_hooks::before_batch_sync(shared);
+            judged_sync(shared, &path, || file.sync(kind))
+        }
+        None => judged_sync(shared, &path, || method.write_durably(file, bytes, offset)),
+    };
+    #[cfg(test)]
+    test_hooks::after_batch_sync(shared);
+    result
+}
+
+/// Run `sync` (a batch's sync, or its write with the sync inside) unless
+/// an earlier batch's sync failed: one at a time, so that a success is
+/// known to have come before any failure.
+///
+/// With several writes in flight through the page cache, batch A's pages
+/// can be dropped by a writeback failure that batch B's sync reports (the
+/// file's one error goes to the first sync that looks); A's own sync then
+/// returns 0. Once any sync failed, no later success can be trusted — and
+/// without this order A's writer could acknowledge A before B's writer
+/// had poisoned the journal (`hardening_tests`,
+/// `a_sync_after_a_failed_one_does_not_acknowledge`).
+fn judged_sync(
+    shared: &Shared,
+    path: &std::path::Path,
+    sync: impl FnOnce() -> Result<(), IoError>,
+) -> Result<(), IoError> {
+    let mut failed = shared.sync_failed.lock().unwrap_or_else(|p| p.into_inner());
+    if *failed {
+        return Err(IoError::os(
+            "sync",
+            path,
+            std::io::Error::other(
+                "not synced: an earlier sync of the journal failed, and the error it \
+                 reported may have been this write's",
+            ),
+        ));
+    }
+    let result = sync();
+    if result.is_err() {
+        *failed = true;
+    }
+    result
 }
 
 /// Hooks that let a unit test act at an exact point of a waiter's loop.
@@ -355,6 +405,38 @@ pub(super) mod test_hooks {
 
     pub(super) fn before_sleep_decision(shared: &Shared) {
         if let Some(hook) = BEFORE_SLEEP_DECISION.with(|h| h.borrow_mut().take()) {
+            hook(shared);
+        }
+    }
+
+    thread_local! {
+        static BEFORE_BATCH_SYNC: RefCell<Option<Hook>> = RefCell::new(None);
+    }
+
+    /// Run `hook` once, on this thread, when it has written a batch with a
+    /// method that syncs after the write, before that sync.
+    pub(in crate::journal) fn set_before_batch_sync(hook: impl FnOnce(&Shared) + 'static) {
+        BEFORE_BATCH_SYNC.with(|h| *h.borrow_mut() = Some(Box::new(hook)));
+    }
+
+    pub(super) fn before_batch_sync(shared: &Shared) {
+        if let Some(hook) = BEFORE_BATCH_SYNC.with(|h| h.borrow_mut().take()) {
+            hook(shared);
+        }
+    }
+
+    thread_local! {
+        static AFTER_BATCH_SYNC: RefCell<Option<Hook>> = RefCell::new(None);
+    }
+
+    /// Run `hook` once, on this thread, right after its sync of a batch
+    /// returned, before the writer looks at the result.
+    pub(in crate::journal) fn set_after_batch_sync(hook: impl FnOnce(&Shared) + 'static) {
+        AFTER_BATCH_SYNC.with(|h| *h.borrow_mut() = Some(Box::new(hook)));
+    }
+
+    pub(super) fn after_batch_sync(shared: &Shared) {
+        if let Some(hook) = AFTER_BATCH_SYNC.with(|h| h.borrow_mut().take()) {
             hook(shared);
         }
     }

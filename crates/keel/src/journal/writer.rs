@@ -342,6 +342,10 @@ pub(super) struct Shared {
     /// without a waiter; the flusher thread writes up to it.
     start_target: AtomicU64,
     pub(super) poisoned: AtomicBool,
+    /// Held around each batch's sync with a method whose writes go
+    /// through the page cache, and set once one failed (see
+    /// `leader::judged_sync`).
+    pub(super) sync_failed: Mutex<bool>,
     slots: Vec<Slot>,
     /// Held for the journal's lifetime: one process at a time.
     _lock: Box<dyn LockGuard>,
@@ -373,6 +377,7 @@ impl Shared {
             writers: AtomicUsize::new(0),
             start_target: AtomicU64::new(0),
             poisoned: AtomicBool::new(false),
+            sync_failed: Mutex::new(false),
             slots: (0..SLOTS).map(|_| Slot::default()).collect(),
             _lock: lock,
         };
@@ -850,7 +855,7 @@ pub(super) fn poison_all(
     // been the one to hear of another batch's lost pages, and that batch's
     // own sync then returns 0 (`fsync(2)`, errseq). Nothing not yet complete
     // is acknowledged then.
-    let first_in_doubt = if shared.spec.method.sync_after_writes().is_some() {
+    let first_in_doubt = if shared.spec.method.shares_writeback_errors() {
         shared.completed_batch.load(Ordering::SeqCst) + 1
     } else {
         shared.started_batch.load(Ordering::SeqCst) + 1
