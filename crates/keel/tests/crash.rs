@@ -86,8 +86,17 @@ fn options(seed: u64) -> JournalOptions {
         segment_size_bytes: 64 << 10,
         block_size_bytes: 4096,
         max_write_bytes: 16 << 10,
+        // A third of the seeds write through the page cache: half of
+        // those with `fdatasync`, the rest with a sync inside each write
+        // (`O_DSYNC`, `RWF_DSYNC`), whose writes linger in flight like
+        // direct ones and are ordered by the journal's sync gate.
         method: Some(if seed % 3 == 0 {
-            WriteMethod::Fdatasync
+            [
+                WriteMethod::Fdatasync,
+                WriteMethod::Fdatasync,
+                WriteMethod::Odsync,
+                WriteMethod::Pwritev2Dsync,
+            ][(seed / 27 % 4) as usize]
         } else {
             WriteMethod::OdirectDsync
         }),
