@@ -429,8 +429,9 @@ pub(super) mod test_hooks {
         static AFTER_BATCH_SYNC: RefCell<Option<Hook>> = RefCell::new(None);
     }
 
-    /// Run `hook` once, on this thread, right after its sync of a batch
-    /// returned, before the writer looks at the result.
+    /// Run `hook` once, on this thread, right after its batch's sync
+    /// returned (and the sync gate recorded the outcome), before the
+    /// writer takes the journal's state to complete or poison.
     pub(in crate::journal) fn set_after_batch_sync(hook: impl FnOnce(&Shared) + 'static) {
         AFTER_BATCH_SYNC.with(|h| *h.borrow_mut() = Some(Box::new(hook)));
     }
