@@ -6,6 +6,7 @@ use std::sync::mpsc;
 use std::sync::Arc;
 use std::time::Duration;
 
+use super::leader::test_hooks::{self, Point};
 use super::tests::small_options;
 use super::*;
 use crate::io::{CrashMode, OpKind, OpenMode, OpenOptions, SimVfs, Vfs};
@@ -427,7 +428,7 @@ fn a_poisoning_just_before_a_waiter_sleeps_wakes_it() {
     let h = j.submit(b"in the open batch").unwrap();
     let (tx, rx) = mpsc::channel();
     std::thread::spawn(move || {
-        super::leader::test_hooks::set_before_sleep_decision(|shared| {
+        test_hooks::set(Point::BeforeSleepDecision, |shared| {
             shared.writers.fetch_add(
                 shared.options.writes_in_flight,
                 std::sync::atomic::Ordering::SeqCst,
@@ -475,7 +476,7 @@ fn a_sync_after_a_failed_one_does_not_acknowledge() {
     let a = {
         let j = Arc::clone(&j);
         std::thread::spawn(move || {
-            super::leader::test_hooks::set_before_batch_sync(move |_| {
+            test_hooks::set(Point::BeforeBatchSync, move |_| {
                 written_tx.send(()).unwrap();
                 go_rx.recv().unwrap();
             });
@@ -488,7 +489,7 @@ fn a_sync_after_a_failed_one_does_not_acknowledge() {
     vfs.fail_after_on(&segment, OpKind::Sync, 0, libc::EIO);
     let a_result = Arc::new(std::sync::Mutex::new(None));
     let a_slot = Arc::clone(&a_result);
-    super::leader::test_hooks::set_after_batch_sync(move |_| {
+    test_hooks::set(Point::AfterBatchSync, move |_| {
         go_tx.send(()).unwrap();
         let a = a_rx
             .recv_timeout(Duration::from_secs(20))

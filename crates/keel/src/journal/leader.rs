@@ -83,7 +83,7 @@ pub(super) fn wait_batch(shared: &Shared, id: u64) -> Result<(), JournalError> {
             return Err(poison_result(shared));
         }
         #[cfg(test)]
-        test_hooks::before_sleep_decision(shared);
+        test_hooks::run(test_hooks::Point::BeforeSleepDecision, shared);
         // Once our batch's write has started, only its completion matters.
         if shared.started_batch.load(Ordering::SeqCst) < id && take_permit(shared) {
             if let Some(result) = write_until(shared, id) {
@@ -339,13 +339,13 @@ fn write_batch(shared: &Shared, batch: &Sealed) -> Result<(), IoError> {
             // only the sync is judged.
             file.write_at(bytes, offset)?;
             #[cfg(test)]
-            test_hooks::before_batch_sync(shared);
+            test_hooks::run(test_hooks::Point::BeforeBatchSync, shared);
             judged_sync(shared, &path, || file.sync(kind))
         }
         None => judged_sync(shared, &path, || method.write_durably(file, bytes, offset)),
     };
     #[cfg(test)]
-    test_hooks::after_batch_sync(shared);
+    test_hooks::run(test_hooks::Point::AfterBatchSync, shared);
     result
 }
 
@@ -383,61 +383,44 @@ fn judged_sync(
     result
 }
 
-/// Hooks that let a unit test act at an exact point of a waiter's loop.
+/// Hooks that let a unit test act at an exact point of a writer's or a
+/// waiter's loop: each runs once, on the thread that set it.
 #[cfg(test)]
 pub(super) mod test_hooks {
     use std::cell::RefCell;
 
     use super::Shared;
 
+    /// Where a hook runs.
+    #[derive(Clone, Copy)]
+    pub(in crate::journal) enum Point {
+        /// In `wait_batch`, after its checks for completion and poisoning
+        /// and before it decides to write or to sleep: the window in which
+        /// a lost wake-up would strike.
+        BeforeSleepDecision,
+        /// When this thread has written a batch with a method that syncs
+        /// after the write, before that sync.
+        BeforeBatchSync,
+        /// Right after this thread's batch sync returned (and the sync gate
+        /// recorded the outcome), before the writer takes the journal's
+        /// state to complete or poison.
+        AfterBatchSync,
+    }
+
     type Hook = Box<dyn FnOnce(&Shared)>;
 
     thread_local! {
-        static BEFORE_SLEEP_DECISION: RefCell<Option<Hook>> = RefCell::new(None);
+        static HOOKS: RefCell<[Option<Hook>; 3]> = const { RefCell::new([None, None, None]) };
     }
 
-    /// Run `hook` once, on this thread, in `wait_batch` after its checks
-    /// for completion and poisoning and before it decides to write or to
-    /// sleep: the window in which a lost wake-up would strike.
-    pub(in crate::journal) fn set_before_sleep_decision(hook: impl FnOnce(&Shared) + 'static) {
-        BEFORE_SLEEP_DECISION.with(|h| *h.borrow_mut() = Some(Box::new(hook)));
+    /// Run `hook` once, on this thread, at `point`.
+    pub(in crate::journal) fn set(point: Point, hook: impl FnOnce(&Shared) + 'static) {
+        HOOKS.with(|h| h.borrow_mut()[point as usize] = Some(Box::new(hook)));
     }
 
-    pub(super) fn before_sleep_decision(shared: &Shared) {
-        if let Some(hook) = BEFORE_SLEEP_DECISION.with(|h| h.borrow_mut().take()) {
-            hook(shared);
-        }
-    }
-
-    thread_local! {
-        static BEFORE_BATCH_SYNC: RefCell<Option<Hook>> = RefCell::new(None);
-    }
-
-    /// Run `hook` once, on this thread, when it has written a batch with a
-    /// method that syncs after the write, before that sync.
-    pub(in crate::journal) fn set_before_batch_sync(hook: impl FnOnce(&Shared) + 'static) {
-        BEFORE_BATCH_SYNC.with(|h| *h.borrow_mut() = Some(Box::new(hook)));
-    }
-
-    pub(super) fn before_batch_sync(shared: &Shared) {
-        if let Some(hook) = BEFORE_BATCH_SYNC.with(|h| h.borrow_mut().take()) {
-            hook(shared);
-        }
-    }
-
-    thread_local! {
-        static AFTER_BATCH_SYNC: RefCell<Option<Hook>> = RefCell::new(None);
-    }
-
-    /// Run `hook` once, on this thread, right after its batch's sync
-    /// returned (and the sync gate recorded the outcome), before the
-    /// writer takes the journal's state to complete or poison.
-    pub(in crate::journal) fn set_after_batch_sync(hook: impl FnOnce(&Shared) + 'static) {
-        AFTER_BATCH_SYNC.with(|h| *h.borrow_mut() = Some(Box::new(hook)));
-    }
-
-    pub(super) fn after_batch_sync(shared: &Shared) {
-        if let Some(hook) = AFTER_BATCH_SYNC.with(|h| h.borrow_mut().take()) {
+    /// Run this thread's hook for `point`, if one is set.
+    pub(super) fn run(point: Point, shared: &Shared) {
+        if let Some(hook) = HOOKS.with(|h| h.borrow_mut()[point as usize].take()) {
             hook(shared);
         }
     }
