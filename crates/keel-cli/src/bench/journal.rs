@@ -472,9 +472,7 @@ fn render(
     machine: &Machine,
 ) -> String {
     let t = results_table(rows);
-    let mut out = String::new();
-    out += &format!("`{}`\n\n", command.join(" "));
-    out += &format!("Machine: {}\n\n", machine.describe());
+    let mut out = machine.report_head(command);
     let (raw_who, w2_floor) = match a.raw_threads {
         RawThreads::One => ("one thread", "the one-thread floor at the same R"),
         RawThreads::Each => (

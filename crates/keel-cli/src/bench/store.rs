@@ -475,9 +475,7 @@ fn render(
     machine: &Machine,
 ) -> String {
     let t = results_table(rows);
-    let mut out = String::new();
-    out += &format!("`{}`\n\n", command.join(" "));
-    out += &format!("Machine: {}\n\n", machine.describe());
+    let mut out = machine.report_head(command);
     out += &format!(
         "Medians of {} interleaved round(s), the store with its default options. w3 = {} \
          transactions of {} random puts (16-byte keys, 100-byte values); w1 = {} serial commits \

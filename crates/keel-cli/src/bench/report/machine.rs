@@ -80,6 +80,16 @@ impl Machine {
         self.persistent() && method.is_durable(self.volatile_cache())
     }
 
+    /// The top of a text report: the command that made it, then this
+    /// machine.
+    pub fn report_head(&self, command: &[String]) -> String {
+        format!(
+            "`{}`\n\nMachine: {}\n\n",
+            command.join(" "),
+            self.describe()
+        )
+    }
+
     /// One line for the top of a text report.
     pub fn describe(&self) -> String {
         let unknown = || "?".to_string();
