@@ -848,13 +848,15 @@ pub(super) fn poison_all(
     e: Arc<IoError>,
 ) -> Arc<IoError> {
     let e = st.poisoned.get_or_insert(e).clone();
-    // With a durable write per batch (`O_DSYNC`), each write reports its own
-    // error: batches whose writes started may still complete; none after
-    // them. With a write then a separate sync, they may not: a sync reports
-    // a writeback error once per open file, so the failed sync may have
-    // been the one to hear of another batch's lost pages, and that batch's
-    // own sync then returns 0 (`fsync(2)`, errseq). Nothing not yet complete
-    // is acknowledged then.
+    // With a direct durable write per batch (`O_DIRECT|O_DSYNC`), each
+    // write reports its own error: batches whose writes started may still
+    // complete; none after them. Through the page cache (a write then a
+    // sync, or a sync inside the write), they may not: a sync reports a
+    // writeback error once per open file, so the failed sync may have been
+    // the one to hear of another batch's lost pages, and that batch's own
+    // sync then returns 0 (`fsync(2)`, errseq;
+    // `WriteMethod::shares_writeback_errors`). Nothing not yet complete is
+    // acknowledged then.
     let first_in_doubt = if shared.spec.method.shares_writeback_errors() {
         shared.completed_batch.load(Ordering::SeqCst) + 1
     } else {
