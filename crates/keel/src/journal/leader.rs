@@ -332,7 +332,7 @@ fn write_batch(shared: &Shared, batch: &Sealed) -> Result<(), IoError> {
     if !method.shares_writeback_errors() {
         return method.write_durably(file, bytes, offset);
     }
-    let path = shared.spec.path(batch.slab.seq);
+    let seq = batch.slab.seq;
     let result = match method.separate_sync() {
         Some(kind) => {
             // The write to the page cache overlaps other batches' syncs;
@@ -340,18 +340,18 @@ fn write_batch(shared: &Shared, batch: &Sealed) -> Result<(), IoError> {
             file.write_at(bytes, offset)?;
             #[cfg(test)]
             test_hooks::run(test_hooks::Point::BeforeBatchSync, shared);
-            judged_sync(shared, &path, || file.sync(kind))
+            judged_sync(shared, seq, || file.sync(kind))
         }
-        None => judged_sync(shared, &path, || method.write_durably(file, bytes, offset)),
+        None => judged_sync(shared, seq, || method.write_durably(file, bytes, offset)),
     };
     #[cfg(test)]
     test_hooks::run(test_hooks::Point::AfterBatchSync, shared);
     result
 }
 
-/// Run `sync` (a batch's sync, or its write with the sync inside) unless
-/// an earlier batch's sync failed: one at a time, so that a success is
-/// known to have come before any failure.
+/// Run `sync` (a batch's sync in segment `seq`, or its write with the sync
+/// inside) unless an earlier batch's sync failed: one at a time, so that a
+/// success is known to have come before any failure.
 ///
 /// With several writes in flight through the page cache, batch A's pages
 /// can be dropped by a writeback failure that batch B's sync reports (the
@@ -362,14 +362,14 @@ fn write_batch(shared: &Shared, batch: &Sealed) -> Result<(), IoError> {
 /// `a_sync_after_a_failed_one_does_not_acknowledge`).
 fn judged_sync(
     shared: &Shared,
-    path: &std::path::Path,
+    seq: u64,
     sync: impl FnOnce() -> Result<(), IoError>,
 ) -> Result<(), IoError> {
     let mut failed = shared.sync_failed.lock().unwrap_or_else(|p| p.into_inner());
     if *failed {
         return Err(IoError::os(
             "sync",
-            path,
+            shared.spec.path(seq),
             std::io::Error::other(
                 "not synced: an earlier sync of the journal failed, and the error it \
                  reported may have been this write's",
