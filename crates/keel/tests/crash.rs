@@ -8,8 +8,11 @@
 //! gap-free prefix of the append order holding every acknowledged record,
 //! byte for byte, and nothing that was never appended.
 //!
-//! `KEEL_CRASH_SEEDS=N` runs N seeds (default: the CI amount);
+//! `KEEL_CRASH_SEEDS=N` runs N seeds (default: the CI amount) from
+//! `KEEL_CRASH_FROM=F` (default 0);
 //! `KEEL_CRASH_SEED=S` replays one seed; a failure prints the seed.
+
+mod seeds;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -494,16 +497,7 @@ fn run_seed(seed: u64, counts: &mut Counts) -> Result<(), String> {
 
 #[test]
 fn randomized_chained_crashes_recover_a_prefix_with_every_ack() {
-    let seeds: Vec<u64> = match std::env::var("KEEL_CRASH_SEED") {
-        Ok(s) => vec![s.parse().expect("KEEL_CRASH_SEED is a number")],
-        Err(_) => {
-            let n = std::env::var("KEEL_CRASH_SEEDS")
-                .ok()
-                .and_then(|s| s.parse().ok())
-                .unwrap_or(CI_SEEDS);
-            (0..n).collect()
-        }
-    };
+    let seeds = seeds::from_env("KEEL_CRASH", CI_SEEDS);
     let mut counts = Counts::default();
     let mut failures = Vec::new();
     for &seed in &seeds {

@@ -5,7 +5,10 @@
 //! damage followed by valid records in a later segment. Appends then go on
 //! and survive a reopen.
 //!
-//! `KEEL_DAMAGE_SEEDS=N` runs N seeds; `KEEL_DAMAGE_SEED=S` replays one.
+//! `KEEL_DAMAGE_SEEDS=N` runs N seeds from `KEEL_DAMAGE_FROM=F` (default 0);
+//! `KEEL_DAMAGE_SEED=S` replays one.
+
+mod seeds;
 
 use std::path::PathBuf;
 
@@ -237,16 +240,7 @@ fn check_run(got: &[(Lsn, Vec<u8>)], appended: &[Vec<u8>]) -> Result<(), String>
 
 #[test]
 fn recovery_never_returns_damaged_records() {
-    let seeds: Vec<u64> = match std::env::var("KEEL_DAMAGE_SEED") {
-        Ok(s) => vec![s.parse().expect("KEEL_DAMAGE_SEED is a number")],
-        Err(_) => {
-            let n = std::env::var("KEEL_DAMAGE_SEEDS")
-                .ok()
-                .and_then(|s| s.parse().ok())
-                .unwrap_or(CI_SEEDS);
-            (0..n).collect()
-        }
-    };
+    let seeds = seeds::from_env("KEEL_DAMAGE", CI_SEEDS);
     let mut failures = Vec::new();
     let (mut hit, mut refused) = (0, 0);
     for &seed in &seeds {

@@ -16,9 +16,10 @@
 //!
 //! Crash points are counted by where they stopped the store (phase) and
 //! printed. `KEEL_STORE_CRASH_SEEDS=N` runs N seeds (default: the CI
-//! amount); `KEEL_STORE_CRASH_SEED=S` replays one seed (the journal's
+//! amount) from `KEEL_STORE_CRASH_FROM=F` (default 0); `KEEL_STORE_CRASH_SEED=S` replays one seed (the journal's
 //! threads make the order of file operations vary a little between runs).
 
+mod seeds;
 mod store_support;
 
 use std::collections::BTreeMap;
@@ -314,16 +315,7 @@ fn run_seed(seed: u64, c: &mut Counts) -> Result<(), String> {
 
 #[test]
 fn store_survives_crashes() {
-    let seeds: Vec<u64> = match std::env::var("KEEL_STORE_CRASH_SEED") {
-        Ok(s) => vec![s.parse().expect("KEEL_STORE_CRASH_SEED is a number")],
-        Err(_) => {
-            let n = std::env::var("KEEL_STORE_CRASH_SEEDS")
-                .ok()
-                .and_then(|s| s.parse().ok())
-                .unwrap_or(CI_SEEDS);
-            (0..n).collect()
-        }
-    };
+    let seeds = seeds::from_env("KEEL_STORE_CRASH", CI_SEEDS);
     let started = std::time::Instant::now();
     let mut c = Counts::default();
     for &seed in &seeds {

@@ -5,8 +5,10 @@
 //! be reused under them), checkpoints, and reopens. Every read must give
 //! exactly the model's answer.
 //!
-//! `KEEL_STORE_SEEDS=N` runs N seeds; `KEEL_STORE_SEED=S` replays one.
+//! `KEEL_STORE_SEEDS=N` runs N seeds from `KEEL_STORE_FROM=F` (default 0);
+//! `KEEL_STORE_SEED=S` replays one.
 
+mod seeds;
 mod store_support;
 
 use std::path::Path;
@@ -139,16 +141,7 @@ fn run_seed(seed: u64, cov: &mut Coverage) -> Result<(), String> {
 
 #[test]
 fn store_equals_the_model() {
-    let seeds: Vec<u64> = match std::env::var("KEEL_STORE_SEED") {
-        Ok(s) => vec![s.parse().expect("KEEL_STORE_SEED is a number")],
-        Err(_) => {
-            let n = std::env::var("KEEL_STORE_SEEDS")
-                .ok()
-                .and_then(|s| s.parse().ok())
-                .unwrap_or(40);
-            (0..n).collect()
-        }
-    };
+    let seeds = seeds::from_env("KEEL_STORE", 40);
     let mut cov = Coverage::default();
     for &seed in &seeds {
         if let Err(e) = run_seed(seed, &mut cov) {
