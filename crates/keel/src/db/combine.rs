@@ -361,9 +361,10 @@ impl Shared {
         blind: Blind,
         record_buf: &mut Vec<u8>,
     ) -> Result<Option<(Prepared, std::result::Result<CommitHandle, JournalError>)>> {
-        if let Some(ids) = blind.encode_direct(self, &w.base, record_buf)? {
-            let bytes = record_buf.len();
-            let submitted = self.journal.submit_parts(&[record_buf]);
+        if let Some((ids, rec)) = blind.encode_direct(self, &w.base, record_buf)? {
+            let bytes = rec.len();
+            let submitted = self.journal.submit_parts(&rec.parts());
+            *record_buf = rec.into_buf();
             return Ok(Some((Prepared::Direct(blind, ids, bytes), submitted)));
         }
         let view = WriterState::new(Arc::clone(&w.base), last_lsn);
