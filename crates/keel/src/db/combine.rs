@@ -28,6 +28,7 @@
 //! Fairness: a transaction waiting for the slot to read (or a checkpoint)
 //! and the queue take turns, so neither starves.
 
+use std::panic::{self, AssertUnwindSafe};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::{self, Thread};
@@ -226,10 +227,27 @@ impl Shared {
     /// group's from this thread, which waits for the journal; earlier
     /// groups' from the journal's thread once their records are durable,
     /// so that the leader goes on meanwhile.
+    ///
+    /// A panic while a group is being committed (a bug) poisons the store,
+    /// fails the group's members and gives the slot back before it goes
+    /// on up this thread: the other committers, waiting transactions and
+    /// the checkpointer get an error instead of waiting forever.
     fn lead(self: &Arc<Self>, mut w: WriterState, mut group: Vec<Queued>) {
+        let mut held: Vec<Arc<Ticket>> = Vec::new();
         loop {
             let started = Instant::now();
-            let g = self.run_group(&mut w, group);
+            held.clear();
+            held.extend(group.iter().map(|q| Arc::clone(&q.ticket)));
+            let g = match panic::catch_unwind(AssertUnwindSafe(|| self.run_group(&mut w, group))) {
+                Ok(g) => g,
+                Err(p) => {
+                    let why = self.writer_panicked(w, p.as_ref());
+                    for t in &held {
+                        t.send(TicketState::Done(Err(DbError::Poisoned(Arc::clone(&why)))));
+                    }
+                    panic::resume_unwind(p)
+                }
+            };
             self.counters
                 .commit_writer_ns
                 .fetch_add(started.elapsed().as_nanos() as u64, Ordering::Relaxed);

@@ -5,7 +5,9 @@
 //! commit and checkpoint protocol") states the rules this file keeps; each
 //! is named where it is kept.
 
+use std::any::Any;
 use std::collections::BTreeSet;
+use std::panic::{self, AssertUnwindSafe};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
@@ -239,7 +241,18 @@ pub(crate) struct Shared {
     /// A second thread for large folds and for freeing replaced bases
     /// (none if it could not be started).
     pub(crate) helper: Option<Helper>,
+    /// Faults tests inject into the commit path.
+    #[cfg(test)]
+    pub(crate) faults: TestFaults,
     _lock: Box<dyn LockGuard>,
+}
+
+/// Faults tests inject into the commit path.
+#[cfg(test)]
+#[derive(Debug, Default)]
+pub(crate) struct TestFaults {
+    /// The next commit's apply panics.
+    pub panic_in_apply: std::sync::atomic::AtomicBool,
 }
 
 impl std::fmt::Debug for Shared {
@@ -478,6 +491,8 @@ impl Shared {
             counters: Counters::default(),
             helper: Helper::start().ok(),
             options,
+            #[cfg(test)]
+            faults: TestFaults::default(),
             _lock: guard,
         };
         let last = shared.replay(&base.active, meta.checkpoint_lsn)?;
@@ -555,6 +570,20 @@ impl Shared {
         why
     }
 
+    /// After a panic while `w` was being changed (a bug): poison the store
+    /// and give the slot back, so that whoever waits for it gets the
+    /// poison instead of waiting forever; returns why.
+    pub(crate) fn writer_panicked(&self, w: WriterState, p: &(dyn Any + Send)) -> Arc<str> {
+        let what = p
+            .downcast_ref::<&str>()
+            .copied()
+            .or_else(|| p.downcast_ref::<String>().map(String::as_str))
+            .unwrap_or("a panic");
+        let why = self.set_poison(&format!("a commit panicked: {what}"));
+        self.put_writer(w);
+        why
+    }
+
     // ----- the commit path ------------------------------------------------
 
     /// The helper, for folding on two threads.
@@ -597,8 +626,14 @@ impl Shared {
         }
         let lsn = handle.lsn();
         // Invisible to readers until `lsn` is published.
-        w.base.active.apply(ops, lsn);
-        self.applied(&w.base, record_bytes);
+        let applied = panic::catch_unwind(AssertUnwindSafe(|| {
+            w.base.active.apply(ops, lsn);
+            self.applied(&w.base, record_bytes);
+        }));
+        if let Err(p) = applied {
+            self.writer_panicked(w, p.as_ref());
+            panic::resume_unwind(p);
+        }
         w.last_lsn = lsn;
         self.put_writer(w);
         self.counters
@@ -649,6 +684,10 @@ impl Shared {
     /// journal bytes, and the memory the memtables hold; ask for a
     /// checkpoint when a budget is reached.
     pub(crate) fn applied(&self, base: &Base, record_bytes: usize) {
+        #[cfg(test)]
+        if self.faults.panic_in_apply.swap(false, Ordering::Relaxed) {
+            panic!("injected: the apply failed");
+        }
         self.dirty_bytes.store(base.mem_bytes(), Ordering::Relaxed);
         let pool = base.active.pool();
         if let Some(h) = &self.helper {

@@ -825,3 +825,99 @@ fn a_lone_large_commit_counts_its_write_and_apply_legs() {
     assert_eq!(get(&db, "t", b"2/99").as_deref(), Some(&[7u8; 100][..]));
     db.close().unwrap();
 }
+
+/// A panic while the writer slot is held (a bug in the commit path,
+/// injected into the apply) poisons the store instead of keeping the slot
+/// forever: the panicking commit panics, every other committer and the
+/// checkpointer get an error, `close` returns, and after a power cut a
+/// reopen has every acknowledged commit.
+#[test]
+fn a_panic_in_the_commit_path_poisons_the_store_instead_of_hanging_it() {
+    for blind in [true, false] {
+        let vfs = SimVfs::new(11);
+        let dir = Path::new("/s");
+        let db = Arc::new(builder(&vfs).create(dir).unwrap());
+        commit_one(&db, b"before", b"1").unwrap();
+        let (done, finished) = std::sync::mpsc::channel();
+        let committers: Vec<_> = (0..4u32)
+            .map(|t| {
+                let (db, done) = (Arc::clone(&db), done.clone());
+                std::thread::spawn(move || {
+                    let acked = commit_until_refused(&db, t, blind);
+                    done.send(()).unwrap();
+                    acked
+                })
+            })
+            .collect();
+        // Every committer must stop; without the poison they would wait
+        // for the lost slot forever.
+        for _ in 0..committers.len() {
+            finished
+                .recv_timeout(std::time::Duration::from_secs(60))
+                .expect("a committer hangs after the panic");
+        }
+        let acked: Vec<String> = committers
+            .into_iter()
+            .flat_map(|h| h.join().unwrap())
+            .collect();
+        assert!(!db
+            .shared
+            .faults
+            .panic_in_apply
+            .load(std::sync::atomic::Ordering::Relaxed));
+        assert!(matches!(db.checkpoint(), Err(DbError::Poisoned(_))));
+        let e = commit_one(&db, b"after", b"2").unwrap_err();
+        assert!(e.to_string().contains("a commit panicked"), "{e}");
+        let Ok(db) = Arc::try_unwrap(db) else {
+            panic!("the committers are done")
+        };
+        let _ = db.close();
+        vfs.crash(CrashMode::PowerLoss);
+        let db = builder(&vfs).open(dir).unwrap();
+        assert_eq!(get(&db, "t", b"before"), Some(b"1".to_vec()));
+        for key in &acked {
+            assert!(
+                get(&db, "t", key.as_bytes()).is_some(),
+                "{key} was acknowledged"
+            );
+        }
+        db.check().unwrap();
+    }
+}
+
+/// Commit key `t/c` for c = 0, 1, … (`blind`, or after a read of it) until
+/// the store refuses; committer 0 injects a panic into the apply after its
+/// commit 20. Returns the keys acknowledged.
+fn commit_until_refused(db: &Database, t: u32, blind: bool) -> Vec<String> {
+    let mut acked = Vec::new();
+    for c in 0u32.. {
+        let key = format!("{t}/{c}");
+        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            let mut w = db.begin_write()?;
+            let mut tab = w.open_table("t")?;
+            if !blind {
+                // A read takes the slot: not a blind commit.
+                tab.get(&key)?;
+            }
+            tab.insert(&key, c.to_be_bytes())?;
+            w.commit()
+        }));
+        match r {
+            Ok(Ok(())) => acked.push(key),
+            Ok(Err(DbError::Poisoned(_) | DbError::CommitFailed(_))) => break,
+            Ok(Err(e)) => panic!("unexpected error: {e}"),
+            Err(p) => {
+                let what = p.downcast_ref::<&str>().copied().unwrap_or("");
+                assert_eq!(what, "injected: the apply failed");
+                break;
+            }
+        }
+        if c == 20 && t == 0 {
+            db.shared
+                .faults
+                .panic_in_apply
+                .store(true, std::sync::atomic::Ordering::Relaxed);
+        }
+    }
+    acked
+}
