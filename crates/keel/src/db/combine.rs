@@ -229,9 +229,10 @@ impl Shared {
     /// so that the leader goes on meanwhile.
     ///
     /// A panic while a group is being committed (a bug) poisons the store,
-    /// fails the group's members and gives the slot back before it goes
-    /// on up this thread: the other committers, waiting transactions and
-    /// the checkpointer get an error instead of waiting forever.
+    /// fails the group's members (`CommitFailed`: in doubt) and gives the
+    /// slot back before it goes on up this thread: the other committers,
+    /// waiting transactions and the checkpointer get an error instead of
+    /// waiting forever.
     fn lead(self: &Arc<Self>, mut w: WriterState, mut group: Vec<Queued>) {
         let mut held: Vec<Arc<Ticket>> = Vec::new();
         loop {
@@ -242,8 +243,12 @@ impl Shared {
                 Ok(g) => g,
                 Err(p) => {
                     let why = self.writer_panicked(w, p.as_ref());
+                    // In doubt: some of their records may have been
+                    // submitted, and may reach the disk.
                     for t in &held {
-                        t.send(TicketState::Done(Err(DbError::Poisoned(Arc::clone(&why)))));
+                        t.send(TicketState::Done(Err(DbError::CommitFailed(Arc::clone(
+                            &why,
+                        )))));
                     }
                     panic::resume_unwind(p)
                 }
