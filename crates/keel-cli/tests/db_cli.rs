@@ -123,6 +123,63 @@ fn text_round_trip() {
     assert!(check.contains("OK:"), "{check}");
 }
 
+/// Binary values too long for a command line go in with `--value-file`
+/// (a file, or standard input for `-`) and come out with `get --raw`,
+/// byte for byte.
+#[test]
+fn binary_values_through_a_file_stdin_and_raw_output() {
+    let store = new_store("binary");
+    let st = s(&store);
+    // 300 KiB of every byte value: past an argument's size limit, past a
+    // page (overflow pages), not UTF-8.
+    let blob: Vec<u8> = (0..300 * 1024u32)
+        .map(|i| (i.wrapping_mul(2_654_435_761) >> 24) as u8)
+        .collect();
+    let file = store.with_file_name("blob");
+    std::fs::write(&file, &blob).unwrap();
+    let put = json(&ok(&[
+        "put",
+        st,
+        "blob",
+        "--value-file",
+        s(&file),
+        "--json",
+    ]));
+    assert_eq!(put["value_bytes"], 300 * 1024);
+    assert_eq!(ok(&["get", st, "blob", "--raw"]).stdout, blob);
+    // As text it is refused, pointing to --hex.
+    let text = db(&["get", st, "blob"]);
+    assert_eq!(code(&text), 2);
+    assert!(stderr(&text).contains("--hex"), "{}", stderr(&text));
+    // Standard input; --hex then applies to the key alone.
+    let mut child = keel()
+        .args(["db", "put", st, "6b32", "--hex", "--value-file", "-"])
+        .stdin(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::io::Write::write_all(child.stdin.as_mut().unwrap(), &blob[..5000]).unwrap();
+    drop(child.stdin.take());
+    assert!(child.wait().unwrap().success());
+    assert_eq!(ok(&["get", st, "k2", "--raw"]).stdout, &blob[..5000]);
+    // An empty file is an empty value.
+    let empty = store.with_file_name("empty");
+    std::fs::write(&empty, b"").unwrap();
+    ok(&["put", st, "nothing", "--value-file", s(&empty)]);
+    assert_eq!(stdout(&ok(&["get", st, "nothing"])), "\n");
+    // A VALUE and a file at once, neither, a missing file, --raw with
+    // --json: refused, exit 2, nothing written.
+    for args in [
+        &["put", st, "k", "v", "--value-file", s(&file)][..],
+        &["put", st, "k"][..],
+        &["put", st, "k", "--value-file", "/no/such/file"][..],
+        &["get", st, "blob", "--raw", "--json"][..],
+    ] {
+        assert_eq!(code(&db(args)), 2, "{args:?}");
+    }
+    assert_eq!(code(&db(&["get", st, "k"])), 1);
+    ok(&["check", st]);
+}
+
 #[test]
 fn json_and_hex_round_trip() {
     let store = new_store("json");

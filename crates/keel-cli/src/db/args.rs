@@ -30,15 +30,16 @@ pub enum DbCommand {
     /// it does nothing and says so.
     #[command(after_help = EXIT_CODES)]
     Create(CreateArgs),
-    /// Set KEY to VALUE in a table (created if missing), replacing any
-    /// value it had. Durable when the command returns: the commit is
-    /// synced, then the store is checkpointed and closed.
+    /// Set KEY to VALUE (or to the bytes of --value-file) in a table
+    /// (created if missing), replacing any value it had. Durable when the
+    /// command returns: the commit is synced, then the store is
+    /// checkpointed and closed.
     #[command(after_help = format!("{ENCODING}\n\n{EXIT_CODES}"))]
     Put(PutArgs),
-    /// Print the value of KEY (and a newline). Exit 1 when the key (or the
-    /// table) does not exist.
+    /// Print the value of KEY (and a newline; or its bytes alone with
+    /// --raw). Exit 1 when the key (or the table) does not exist.
     #[command(after_help = format!("{ENCODING}\n\n{EXIT_CODES}"))]
-    Get(KeyArgs),
+    Get(GetArgs),
     /// Delete KEY. Exit 1 when it did not exist (nothing is written then).
     /// Durable when the command returns, as `put`.
     #[command(after_help = format!("{ENCODING}\n\n{EXIT_CODES}"))]
@@ -71,7 +72,8 @@ impl DbCommand {
         match self {
             DbCommand::Create(a) => a.out.json,
             DbCommand::Put(a) => a.keyed.out.json,
-            DbCommand::Get(a) | DbCommand::Del(a) => a.keyed.out.json,
+            DbCommand::Get(a) => a.key.keyed.out.json,
+            DbCommand::Del(a) => a.keyed.out.json,
             DbCommand::Scan(a) => a.keyed.out.json,
             DbCommand::Tables(a) | DbCommand::Stats(a) | DbCommand::Check(a) => a.out.json,
         }
@@ -131,10 +133,26 @@ pub struct PutArgs {
     /// The key (at most about a quarter of a page: `keel db stats` prints
     /// the limit).
     pub key: String,
-    /// The value.
-    pub value: String,
+    /// The value (or --value-file).
+    #[arg(required_unless_present = "value_file")]
+    pub value: Option<String>,
+    /// Take the value's bytes as they are from this file, or from standard
+    /// input for `-` (binary values, values too long for a command line;
+    /// --hex then applies to the key only).
+    #[arg(long, value_name = "PATH", conflicts_with = "value")]
+    pub value_file: Option<PathBuf>,
     #[command(flatten)]
     pub keyed: Keyed,
+}
+
+#[derive(Args, Debug)]
+pub struct GetArgs {
+    #[command(flatten)]
+    pub key: KeyArgs,
+    /// Print the value's bytes exactly as stored, with no newline (binary
+    /// values, redirected to a file); --hex then applies to the key only.
+    #[arg(long, conflicts_with = "json")]
+    pub raw: bool,
 }
 
 #[derive(Args, Debug)]

@@ -1,6 +1,6 @@
 //! `create`, `put`, `get`, `del`, `scan` and `tables`.
 
-use std::io::Write;
+use std::io::{Read, Write};
 use std::ops::Bound;
 use std::path::Path;
 use std::process::ExitCode;
@@ -9,7 +9,7 @@ use keel::db::{Database, DbError, KeyValue, ReadTxn, Table, DATA_FILE};
 use keel::journal::JournalOptions;
 use serde::Serialize;
 
-use super::args::{CreateArgs, KeyArgs, PutArgs, ScanArgs, StoreArgs};
+use super::args::{CreateArgs, GetArgs, KeyArgs, PutArgs, ScanArgs, StoreArgs};
 use super::bytes::Encoding;
 use super::failure::{Failure, Kind};
 use super::{open, print_json};
@@ -93,7 +93,11 @@ fn write<T>(
 pub fn put(a: PutArgs) -> Result<ExitCode, Failure> {
     let enc = Encoding::new(a.keyed.hex);
     let key = enc.parse("KEY", &a.key)?;
-    let value = enc.parse("VALUE", &a.value)?;
+    let value = match (&a.value_file, &a.value) {
+        (Some(path), _) => read_value_file(path)?,
+        (None, Some(v)) => enc.parse("VALUE", v)?,
+        (None, None) => return Err(Failure::bad_input("give a VALUE or --value-file")),
+    };
     let table = a.keyed.table.as_str();
     let existed = write(&a.store, |txn| {
         let mut t = txn.open_table(table)?;
@@ -110,6 +114,17 @@ pub fn put(a: PutArgs) -> Result<ExitCode, Failure> {
         })?;
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// The bytes of `path`, or of standard input for `-`.
+fn read_value_file(path: &Path) -> Result<Vec<u8>, Failure> {
+    let read = if path == Path::new("-") {
+        let mut buf = Vec::new();
+        std::io::stdin().read_to_end(&mut buf).map(|_| buf)
+    } else {
+        std::fs::read(path)
+    };
+    read.map_err(|e| Failure::bad_input(format!("--value-file {}: {e}", path.display())))
 }
 
 pub fn del(a: KeyArgs) -> Result<ExitCode, Failure> {
@@ -170,7 +185,8 @@ fn read_table<'r>(read: &'r ReadTxn, name: &str, store: &Path) -> Result<Table<'
     }
 }
 
-pub fn get(a: KeyArgs) -> Result<ExitCode, Failure> {
+pub fn get(g: GetArgs) -> Result<ExitCode, Failure> {
+    let a = g.key;
     let enc = Encoding::new(a.keyed.hex);
     let key = enc.parse("KEY", &a.key)?;
     let table = a.keyed.table.as_str();
@@ -205,6 +221,13 @@ pub fn get(a: KeyArgs) -> Result<ExitCode, Failure> {
         }
         return absent(table, enc, &key);
     };
+    if g.raw {
+        let mut out = std::io::stdout().lock();
+        out.write_all(&value)
+            .and_then(|()| out.flush())
+            .map_err(|e| Failure::new(Kind::Failed, format!("writing the value: {e}")))?;
+        return Ok(ExitCode::SUCCESS);
+    }
     let shown = enc.show(|| format!("the value of key {}", enc.name(&key)), &value)?;
     if a.keyed.out.json {
         print_json(&Got {
