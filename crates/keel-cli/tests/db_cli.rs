@@ -177,6 +177,18 @@ fn binary_values_through_a_file_stdin_and_raw_output() {
         assert_eq!(code(&db(args)), 2, "{args:?}");
     }
     assert_eq!(code(&db(&["get", st, "k"])), 1);
+    // A file larger than a transaction of this store may be (1 MiB
+    // segments) is refused, before it is read whole.
+    let huge = store.with_file_name("huge");
+    std::fs::write(&huge, vec![7u8; 3 << 20]).unwrap();
+    let refused = db(&["put", st, "huge", "--value-file", s(&huge)]);
+    assert_eq!(code(&refused), 2);
+    assert!(
+        stderr(&refused).contains("the most one value can be"),
+        "{}",
+        stderr(&refused)
+    );
+    assert_eq!(code(&db(&["get", st, "huge"])), 1);
     ok(&["check", st]);
 }
 

@@ -5,7 +5,7 @@ use std::ops::Bound;
 use std::path::Path;
 use std::process::ExitCode;
 
-use keel::db::{Database, DbError, KeyValue, ReadTxn, Table, DATA_FILE};
+use keel::db::{Database, DbError, KeyValue, Limits, ReadTxn, Table, DATA_FILE};
 use keel::journal::JournalOptions;
 use serde::Serialize;
 
@@ -75,16 +75,16 @@ struct Written {
     value_bytes: Option<usize>,
 }
 
-/// Run `change` in one write transaction on the store, commit it durably
-/// and close the store (which checkpoints it).
+/// Run `change` in one write transaction on the store (given the store's
+/// limits), commit it durably and close the store (which checkpoints it).
 fn write<T>(
     store: &Path,
-    change: impl FnOnce(&mut keel::db::WriteTxn) -> Result<T, DbError>,
+    change: impl FnOnce(&Limits, &mut keel::db::WriteTxn) -> Result<T, Failure>,
 ) -> Result<T, Failure> {
     let db = open(store)?;
     let fail = |e| Failure::from_db(e, store);
     let mut txn = db.begin_write().map_err(fail)?;
-    let out = change(&mut txn).map_err(fail)?;
+    let out = change(&db.limits(), &mut txn)?;
     txn.commit().map_err(fail)?;
     db.close().map_err(fail)?;
     Ok(out)
@@ -93,47 +93,79 @@ fn write<T>(
 pub fn put(a: PutArgs) -> Result<ExitCode, Failure> {
     let enc = Encoding::new(a.keyed.hex);
     let key = enc.parse("KEY", &a.key)?;
-    let value = match (&a.value_file, &a.value) {
-        (Some(path), _) => read_value_file(path)?,
-        (None, Some(v)) => enc.parse("VALUE", v)?,
+    let given = match (&a.value_file, &a.value) {
+        (Some(_), _) => None,
+        (None, Some(v)) => Some(enc.parse("VALUE", v)?),
         (None, None) => return Err(Failure::bad_input("give a VALUE or --value-file")),
     };
     let table = a.keyed.table.as_str();
-    let existed = write(&a.store, |txn| {
-        let mut t = txn.open_table(table)?;
-        let existed = t.get(&key)?.is_some();
-        t.insert(&key, &value)?;
-        Ok(existed)
+    let store = &a.store;
+    let (existed, value_bytes) = write(store, |limits, txn| {
+        let value = match (given, &a.value_file) {
+            (Some(v), _) => v,
+            (None, Some(path)) => read_value_file(path, limits)?,
+            (None, None) => unreachable!("checked above"),
+        };
+        let fail = |e| Failure::from_db(e, store);
+        let mut t = txn.open_table(table).map_err(fail)?;
+        let existed = t.get(&key).map_err(fail)?.is_some();
+        t.insert(&key, &value).map_err(fail)?;
+        Ok((existed, value.len()))
     })?;
     if a.keyed.out.json {
         print_json(&Written {
             table: table.into(),
             key: enc.show(String::new, &key)?,
             existed,
-            value_bytes: Some(value.len()),
+            value_bytes: Some(value_bytes),
         })?;
     }
     Ok(ExitCode::SUCCESS)
 }
 
-/// The bytes of `path`, or of standard input for `-`.
-fn read_value_file(path: &Path) -> Result<Vec<u8>, Failure> {
-    let read = if path == Path::new("-") {
-        let mut buf = Vec::new();
-        std::io::stdin().read_to_end(&mut buf).map(|_| buf)
+/// The bytes of `path`, or of standard input for `-`: refused, without
+/// reading it all into memory, when it is larger than a value or a
+/// transaction may be.
+fn read_value_file(path: &Path, limits: &Limits) -> Result<Vec<u8>, Failure> {
+    let max = limits
+        .max_value_bytes
+        .min(limits.max_transaction_bytes as u64);
+    let named = || format!("--value-file {}", path.display());
+    let source: Box<dyn Read> = if path == Path::new("-") {
+        Box::new(std::io::stdin().lock())
     } else {
-        std::fs::read(path)
+        Box::new(
+            std::fs::File::open(path)
+                .map_err(|e| Failure::bad_input(format!("{}: {e}", named())))?,
+        )
     };
-    read.map_err(|e| Failure::bad_input(format!("--value-file {}: {e}", path.display())))
+    let mut buf = Vec::new();
+    source
+        .take(max + 1)
+        .read_to_end(&mut buf)
+        .map_err(|e| Failure::bad_input(format!("{}: {e}", named())))?;
+    if buf.len() as u64 > max {
+        return Err(Failure::bad_input(format!(
+            "{}: larger than {max} bytes, the most one value can be in this store \
+             (`keel db stats` prints its limits)",
+            named()
+        )));
+    }
+    Ok(buf)
 }
 
 pub fn del(a: KeyArgs) -> Result<ExitCode, Failure> {
     let enc = Encoding::new(a.keyed.hex);
     let key = enc.parse("KEY", &a.key)?;
     let table = a.keyed.table.as_str();
-    let existed = write(&a.store, |txn| match txn.existing_table(table)? {
-        Some(mut t) => t.remove(&key),
-        None => Ok(false),
+    let store = &a.store;
+    let existed = write(store, |_, txn| {
+        let removed = match txn.existing_table(table) {
+            Ok(Some(mut t)) => t.remove(&key),
+            Ok(None) => Ok(false),
+            Err(e) => Err(e),
+        };
+        removed.map_err(|e| Failure::from_db(e, store))
     })?;
     if a.keyed.out.json {
         print_json(&Written {
