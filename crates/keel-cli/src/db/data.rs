@@ -93,18 +93,18 @@ fn write<T>(
 pub fn put(a: PutArgs) -> Result<ExitCode, Failure> {
     let enc = Encoding::new(a.keyed.hex);
     let key = enc.parse("KEY", &a.key)?;
-    let given = match (&a.value_file, &a.value) {
-        (Some(_), _) => None,
-        (None, Some(v)) => Some(enc.parse("VALUE", v)?),
+    // The value, or the file to read it from once the limits are known.
+    let given: Result<Vec<u8>, &Path> = match (&a.value_file, &a.value) {
+        (Some(path), _) => Err(path),
+        (None, Some(v)) => Ok(enc.parse("VALUE", v)?),
         (None, None) => return Err(Failure::bad_input("give a VALUE or --value-file")),
     };
     let table = a.keyed.table.as_str();
     let store = &a.store;
     let (existed, value_bytes) = write(store, |limits, txn| {
-        let value = match (given, &a.value_file) {
-            (Some(v), _) => v,
-            (None, Some(path)) => read_value_file(path, limits)?,
-            (None, None) => unreachable!("checked above"),
+        let value = match given {
+            Ok(v) => v,
+            Err(path) => read_value_file(path, limits)?,
         };
         let fail = |e| Failure::from_db(e, store);
         let mut t = txn.open_table(table).map_err(fail)?;
