@@ -160,12 +160,11 @@ pub fn del(a: KeyArgs) -> Result<ExitCode, Failure> {
     let table = a.keyed.table.as_str();
     let store = &a.store;
     let existed = write(store, |_, txn| {
-        let removed = match txn.existing_table(table) {
-            Ok(Some(mut t)) => t.remove(&key),
-            Ok(None) => Ok(false),
-            Err(e) => Err(e),
-        };
-        removed.map_err(|e| Failure::from_db(e, store))
+        let fail = |e| Failure::from_db(e, store);
+        match txn.existing_table(table).map_err(fail)? {
+            Some(mut t) => t.remove(&key).map_err(fail),
+            None => Ok(false),
+        }
     })?;
     if a.keyed.out.json {
         print_json(&Written {

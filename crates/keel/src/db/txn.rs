@@ -126,14 +126,21 @@ impl Blind {
         });
     }
 
+    /// A put's key and value: the value from `bytes`, or the large one
+    /// kept whole.
+    fn key_value<'b>(&'b self, p: &'b BlindPut) -> (&'b [u8], &'b [u8]) {
+        let (key, rest) = self.bytes[p.at..].split_at(p.key_len);
+        let value = match &p.large {
+            Some(v) => &v[..],
+            None => &rest[..p.value_len],
+        };
+        (key, value)
+    }
+
     /// The puts in order: table index, key, value.
     fn puts(&self) -> impl Iterator<Item = (usize, &[u8], &[u8])> + '_ {
         self.puts.iter().map(|p| {
-            let (key, rest) = self.bytes[p.at..].split_at(p.key_len);
-            let value = match &p.large {
-                Some(v) => &v[..],
-                None => &rest[..p.value_len],
-            };
+            let (key, value) = self.key_value(p);
             (p.slot, key, value)
         })
     }
@@ -141,10 +148,10 @@ impl Blind {
     /// The puts in order, for [`Active::replay`]: a large value shared.
     pub(crate) fn replay_puts(&self) -> impl Iterator<Item = (usize, &[u8], Arc<[u8]>)> + '_ {
         self.puts.iter().map(|p| {
-            let (key, rest) = self.bytes[p.at..].split_at(p.key_len);
+            let (key, value) = self.key_value(p);
             let value = match &p.large {
                 Some(v) => Arc::clone(v),
-                None => Arc::from(&rest[..p.value_len]),
+                None => Arc::from(value),
             };
             (p.slot, key, value)
         })
@@ -186,15 +193,15 @@ impl Blind {
         let mut large = Vec::new();
         let mut key = Vec::with_capacity(64);
         for p in &self.puts {
-            let (k, rest) = self.bytes[p.at..].split_at(p.key_len);
+            let (k, v) = self.key_value(p);
             set_full_key(&mut key, ids[p.slot], k);
             match &p.large {
-                Some(v) => {
+                Some(shared) => {
                     // The value goes in at this offset, at submit.
                     record::push_put_head(&mut buf, &key, v.len());
-                    large.push((buf.len(), v));
+                    large.push((buf.len(), shared));
                 }
-                None => record::push(&mut buf, Op::Put(&key, &rest[..p.value_len])),
+                None => record::push(&mut buf, Op::Put(&key, v)),
             }
         }
         Ok(Some((ids, Record { buf, large })))
