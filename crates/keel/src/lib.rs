@@ -7,8 +7,10 @@
 //! * [`journal`] — the write-ahead journal.
 //! * [`btree`] — the store's B+tree: persistent in memory, fixed-size
 //!   pages on disk.
-//! * [`db`] — the store on top of them (being built: its meta pages).
+//! * [`db`] — the store on top of them: transactions, checkpoints,
+//!   recovery.
 
+mod bell;
 pub mod btree;
 pub mod db;
 pub mod io;

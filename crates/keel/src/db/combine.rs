@@ -19,6 +19,12 @@
 //! commit itself (w2 at T=64: 2.1 context switches and 28 µs of CPU per
 //! commit). Combined, a committer sleeps once.
 //!
+//! The committers queued between two takings of the queue (a group's
+//! members) sleep on one futex word, a [`Bell`]: whoever tells them their
+//! results sets each one's ticket, then wakes them all with one system
+//! call instead of one per committer (w2 at T=64: 1.37 instead of 1.88
+//! `futex` calls per commit, 1.28 instead of 1.38 context switches).
+//!
 //! Each transaction is still its own journal record, so recovery and its
 //! atomicity are unchanged: a crash keeps a prefix of the group's records,
 //! each whole or absent. No committer is told its commit succeeded before
@@ -31,14 +37,24 @@
 use std::panic::{self, AssertUnwindSafe};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::thread::{self, Thread};
 use std::time::Instant;
 
 use super::error::{DbError, Result};
 use super::store::{lock, OverlapCounters, Shared, WriterState, START_MIN_OPS};
 use super::txn::{Active, Blind};
 use super::Durability;
+use crate::bell::Bell;
 use crate::journal::{CommitHandle, JournalError, Lsn};
+
+/// Bells queued committers sleep on ([`Bell`]): those queued between two
+/// takings of the queue share one, `generation % BELLS`, so that one
+/// system call wakes a group. At most 64: a [`Rings`] is a `u64` mask.
+pub(crate) const BELLS: usize = 64;
+
+/// The committers' bells.
+pub(crate) fn bells() -> Arc<[Bell]> {
+    (0..BELLS).map(|_| Bell::default()).collect()
+}
 
 /// The writer slot: the writer's state while no one holds it, and the
 /// blind transactions waiting to be committed.
@@ -51,6 +67,23 @@ pub(crate) struct Slot {
     /// The queue goes first at the next hand-over (it waited while a
     /// waiting transaction was given the slot).
     queue_turn: bool,
+    /// Times the queue was taken: its committers sleep on bell
+    /// `generation % BELLS`.
+    generation: usize,
+}
+
+impl Slot {
+    /// Take the queued transactions (a group's members), so that those
+    /// queued next sleep on the next bell.
+    fn take_queue(&mut self) -> Vec<Queued> {
+        self.generation = self.generation.wrapping_add(1);
+        std::mem::take(&mut self.queue)
+    }
+
+    /// The bell a transaction queued now sleeps on.
+    fn bell(&self) -> usize {
+        self.generation % BELLS
+    }
 }
 
 /// A blind transaction waiting in the queue.
@@ -61,10 +94,12 @@ struct Queued {
     durability: Durability,
 }
 
-/// How a queued committer learns what became of its transaction.
+/// How a queued committer learns what became of its transaction: the
+/// state, set before its bell rings.
 #[derive(Debug)]
 struct Ticket {
-    thread: Thread,
+    /// Its bell's index, set under the slot's lock when it is queued.
+    bell: AtomicUsize,
     state: Mutex<TicketState>,
 }
 
@@ -77,9 +112,29 @@ enum TicketState {
 }
 
 impl Ticket {
-    fn send(&self, state: TicketState) {
-        *lock(&self.state) = state;
-        self.thread.unpark();
+    fn bell(&self) -> usize {
+        self.bell.load(Ordering::Relaxed)
+    }
+}
+
+/// Tickets told their results, and the bells to ring for them once all
+/// are told: one system call per bell, not one per committer.
+#[derive(Default)]
+struct Rings(u64);
+
+impl Rings {
+    fn send(&mut self, t: &Ticket, state: TicketState) {
+        *lock(&t.state) = state;
+        self.0 |= 1 << t.bell();
+    }
+
+    fn ring(self, bells: &[Bell]) {
+        let mut left = self.0;
+        while left != 0 {
+            let i = left.trailing_zeros() as usize;
+            bells[i].wake_all();
+            left &= left - 1;
+        }
     }
 }
 
@@ -164,7 +219,9 @@ impl Shared {
             let head = w.queue.remove(0);
             drop(w);
             let ticket = Arc::clone(&head.ticket);
-            ticket.send(TicketState::Lead(state, head));
+            let mut rings = Rings::default();
+            rings.send(&ticket, TicketState::Lead(state, head));
+            rings.ring(&self.bells);
             return;
         }
         w.queue_turn = !w.queue.is_empty();
@@ -186,7 +243,7 @@ impl Shared {
         durability: Durability,
     ) -> Result<()> {
         let ticket = Arc::new(Ticket {
-            thread: thread::current(),
+            bell: AtomicUsize::new(0),
             state: Mutex::new(TicketState::Waiting),
         });
         let me = Queued {
@@ -197,24 +254,28 @@ impl Shared {
         let mut w = lock(&self.writer);
         // Under the slot's lock: a poisoning after this finds the queue.
         self.check_poison()?;
+        me.ticket.bell.store(w.bell(), Ordering::Relaxed);
         if w.state.is_some() && w.waiting == 0 {
             let state = w.state.take().expect("checked");
             let mut group = vec![me];
-            group.append(&mut w.queue);
+            group.append(&mut w.take_queue());
             drop(w);
             self.lead(state, group);
         } else {
             w.queue.push(me);
             drop(w);
         }
+        let bell = &self.bells[ticket.bell()];
         loop {
+            // Before looking: a ring after this look wakes the sleep.
+            let seen = bell.seen();
             let st = std::mem::replace(&mut *lock(&ticket.state), TicketState::Waiting);
             match st {
-                TicketState::Waiting => thread::park(),
+                TicketState::Waiting => bell.sleep(seen),
                 TicketState::Done(r) => return r,
                 TicketState::Lead(state, me) => {
                     let mut group = vec![me];
-                    group.append(&mut lock(&self.writer).queue);
+                    group.append(&mut lock(&self.writer).take_queue());
                     self.lead(state, group);
                 }
             }
@@ -245,11 +306,12 @@ impl Shared {
                     let why = self.writer_panicked(w, p.as_ref());
                     // In doubt: some of their records may have been
                     // submitted, and may reach the disk.
+                    let mut rings = Rings::default();
                     for t in &held {
-                        t.send(TicketState::Done(Err(DbError::CommitFailed(Arc::clone(
-                            &why,
-                        )))));
+                        let failed = DbError::CommitFailed(Arc::clone(&why));
+                        rings.send(t, TicketState::Done(Err(failed)));
                     }
+                    rings.ring(&self.bells);
                     panic::resume_unwind(p)
                 }
             };
@@ -262,7 +324,7 @@ impl Shared {
                 && slot.waiting == 0
                 && self.check_poison().is_ok()
             {
-                group = std::mem::take(&mut slot.queue);
+                group = slot.take_queue();
                 drop(slot);
                 self.settle(g, false);
                 continue;
@@ -498,6 +560,7 @@ impl Shared {
             failure,
         } = g;
         let mut waiting: Vec<(Arc<Ticket>, bool)> = Vec::new();
+        let mut rings = Rings::default();
         for ((m, d), t) in members.into_iter().zip(durability).zip(tickets) {
             let had_record = matches!(m, Member::Applied);
             let now = match (m, &failure) {
@@ -507,10 +570,11 @@ impl Shared {
                 (_, None) => None,
             };
             match now {
-                Some(r) => t.send(TicketState::Done(r)),
+                Some(r) => rings.send(&t, TicketState::Done(r)),
                 None => waiting.push((t, had_record)),
             }
         }
+        rings.ring(&self.bells);
         // After a failure every member is settled.
         if failure.is_some() {
             return;
@@ -522,14 +586,18 @@ impl Shared {
             }
             return;
         }
+        let bells = Arc::clone(&self.bells);
         let tell = move |outcome: std::result::Result<(), Arc<str>>| {
+            let mut rings = Rings::default();
             for (t, had_record) in waiting {
-                t.send(TicketState::Done(match &outcome {
+                let r = match &outcome {
                     Ok(()) => Ok(()),
                     Err(why) if had_record => Err(DbError::CommitFailed(Arc::clone(why))),
                     Err(why) => Err(DbError::Poisoned(Arc::clone(why))),
-                }));
+                };
+                rings.send(&t, TicketState::Done(r));
             }
+            rings.ring(&bells);
         };
         match last {
             // Nothing written: `Immediate` still waits for earlier commits.

@@ -23,6 +23,7 @@ use super::record::{self, Op};
 use super::txn::Record;
 use super::view::Published;
 use super::{Durability, Options};
+use crate::bell::Bell;
 use crate::btree::{
     Fork, Location, PageCache, PageNo, PageSize, Tree, FIRST_TREE_PAGE, MAX_PAGE_BYTES,
     MIN_PAGE_BYTES,
@@ -223,6 +224,8 @@ pub(crate) struct Shared {
     /// for its whole life: `None` while taken.
     pub(super) writer: Mutex<Slot>,
     pub(super) writer_cv: Condvar,
+    /// What queued blind commits sleep on (`combine`).
+    pub(super) bells: Arc<[Bell]>,
     /// What readers see, and the poison: shared with journal callbacks
     /// (which must not hold the store itself: the last reference dropped
     /// on a journal thread would join that thread).
@@ -481,6 +484,7 @@ impl Shared {
             journal,
             writer: Mutex::new(Slot::default()),
             writer_cv: Condvar::new(),
+            bells: super::combine::bells(),
             published: Arc::new(Published::new(Arc::clone(&base), meta.checkpoint_lsn)),
             space: Mutex::new(space),
             ckpt_run: Mutex::new(()),

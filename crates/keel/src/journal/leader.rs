@@ -73,7 +73,7 @@ pub(super) fn wait_batch(shared: &Shared, id: u64) -> Result<(), JournalError> {
         // the sleep returns at once. (Checking `poisoned` before this read
         // lost the wake-up of a poisoning that fell between the two.)
         let slot = shared.slot(id);
-        let seen = slot.word.load(Ordering::SeqCst);
+        let seen = slot.seen();
         if shared.completed_batch.load(Ordering::Acquire) >= id {
             return Ok(());
         }
@@ -290,7 +290,7 @@ fn complete(shared: &Shared, st: &mut State, batch: &Sealed) {
 fn wait_completed(shared: &Shared, target: u64) {
     let slot = shared.slot(target);
     loop {
-        let seen = slot.word.load(Ordering::SeqCst);
+        let seen = slot.seen();
         if shared.completed_batch.load(Ordering::Acquire) >= target
             || shared.poisoned.load(Ordering::Acquire)
         {

@@ -35,11 +35,10 @@
 use std::cell::UnsafeCell;
 use std::collections::VecDeque;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 
 use crossbeam_epoch::{self as epoch, Atomic, Owned, Shared as EpochPtr};
-use rustix::thread::futex;
 
 use super::format::{
     lz4_decode, lz4_encode, RecordHeader, FLAG_EPOCH_START, FLAG_LZ4, RECORD_HEADER_BYTES,
@@ -48,6 +47,7 @@ use super::leader::{poison_result, wait_batch, Flight};
 use super::scan::{self, ChainCursor};
 use super::segments::{ReadySegment, SegmentSpec};
 use super::{BatchStart, JournalError, JournalOptions, JournalStats, Lsn};
+use crate::bell::Bell;
 use crate::io::{AlignedBuf, IoError, LockGuard, Vfs, VfsFile};
 
 /// Batches map onto this many futex words; waiters of batches that share a
@@ -70,41 +70,6 @@ fn word_count(w: u64) -> u64 {
 
 fn word_end(w: u64) -> usize {
     (w & END_MASK) as usize
-}
-
-/// A futex word that waiters of a batch sleep on, and how many sleep there
-/// (so that a wake with nobody to wake costs no system call). One cache
-/// line each: waiters of neighbouring batches do not share lines.
-#[derive(Default)]
-#[repr(align(64))]
-pub(super) struct Slot {
-    pub(super) word: AtomicU32,
-    sleepers: AtomicU32,
-}
-
-impl Slot {
-    /// Sleep until the word changes from `seen` (or a spurious wake-up).
-    pub(super) fn sleep(&self, seen: u32) {
-        self.sleepers.fetch_add(1, Ordering::SeqCst);
-        // EAGAIN (the word changed) and EINTR both mean "look again".
-        let _ = futex::wait(&self.word, futex::Flags::PRIVATE, seen, None);
-        self.sleepers.fetch_sub(1, Ordering::SeqCst);
-    }
-
-    /// Change the word and wake every sleeper.
-    pub(super) fn wake_all(&self) {
-        self.word.fetch_add(1, Ordering::SeqCst);
-        if self.sleepers.load(Ordering::SeqCst) > 0 {
-            let _ = futex::wake(&self.word, futex::Flags::PRIVATE, i32::MAX as u32);
-        }
-    }
-
-    /// Change the word and wake one sleeper; whether one was woken.
-    pub(super) fn wake_one(&self) -> bool {
-        self.word.fetch_add(1, Ordering::SeqCst);
-        self.sleepers.load(Ordering::SeqCst) > 0
-            && futex::wake(&self.word, futex::Flags::PRIVATE, 1).unwrap_or(0) > 0
-    }
 }
 
 /// A segment the journal has records in (or is appending to).
@@ -346,7 +311,7 @@ pub(super) struct Shared {
     /// through the page cache, and set once one failed (see
     /// `leader::judged_sync`).
     pub(super) sync_failed: Mutex<bool>,
-    slots: Vec<Slot>,
+    slots: Vec<Bell>,
     /// Held for the journal's lifetime: one process at a time.
     _lock: Box<dyn LockGuard>,
 }
@@ -378,7 +343,7 @@ impl Shared {
             start_target: AtomicU64::new(0),
             poisoned: AtomicBool::new(false),
             sync_failed: Mutex::new(false),
-            slots: (0..SLOTS).map(|_| Slot::default()).collect(),
+            slots: (0..SLOTS).map(|_| Bell::default()).collect(),
             _lock: lock,
         };
         {
@@ -437,7 +402,7 @@ impl Shared {
         self.flusher_cv.notify_all();
     }
 
-    pub(super) fn slot(&self, batch: u64) -> &Slot {
+    pub(super) fn slot(&self, batch: u64) -> &Bell {
         &self.slots[(batch % SLOTS as u64) as usize]
     }
 }
