@@ -6,6 +6,7 @@
 //! decides which pages are free. `docs/format.md` ("Checkpoint", "The
 //! page-reuse rule") states the protocol this file keeps.
 
+use std::panic::{self, AssertUnwindSafe};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -15,7 +16,7 @@ use super::freelist;
 use super::layers::{Base, Layer};
 use super::meta::{Meta, PageRef};
 use super::pagewrite::PageWriter;
-use super::store::{lock, Shared, Space};
+use super::store::{lock, panic_message, Shared, Space};
 use crate::btree::{detach_clean, reserve_pages, Fork, PageNo, Placed, Tree, TreeMut};
 use crate::io::SyncKind;
 use crate::journal::Lsn;
@@ -158,8 +159,12 @@ impl Shared {
             }
             drop(c);
             last = Instant::now();
-            if self.checkpoint_with(None).is_err() {
-                // The checkpoint poisoned the store; writers see why.
+            if !matches!(
+                panic::catch_unwind(AssertUnwindSafe(|| self.checkpoint_with(None))),
+                Ok(Ok(_))
+            ) {
+                // The checkpoint failed or panicked: it poisoned the store,
+                // and writers see why.
                 return;
             }
         }
@@ -200,9 +205,27 @@ impl Shared {
 
     /// [`Shared::checkpoint`], folding on this thread alone (`fork: None`)
     /// or with the helper.
+    ///
+    /// A panic (a bug) poisons the store before it goes on up this
+    /// thread: a frozen memtable left unfolded would never be checkpointed,
+    /// and writers would wait for room forever.
     fn checkpoint_with(&self, fork: Option<&dyn Fork>) -> Result<Option<Lsn>> {
         let _one = lock(&self.ckpt_run);
         self.check_poison()?;
+        match panic::catch_unwind(AssertUnwindSafe(|| self.checkpoint_steps(fork))) {
+            Ok(r) => r,
+            Err(p) => {
+                self.set_poison(&format!(
+                    "a checkpoint panicked: {}",
+                    panic_message(p.as_ref())
+                ));
+                panic::resume_unwind(p)
+            }
+        }
+    }
+
+    /// The steps of [`Shared::checkpoint_with`], one checkpoint at a time.
+    fn checkpoint_steps(&self, fork: Option<&dyn Fork>) -> Result<Option<Lsn>> {
         let started = Instant::now();
         let Some((lsn, frozen)) = self.freeze()? else {
             return Ok(None);
@@ -253,13 +276,15 @@ impl Shared {
         (meta, list_pages, placed): (Meta, Vec<PageNo>, Placed),
         lsn: Lsn,
     ) -> Result<()> {
-        let mut w = self.take_writer()?;
-        let folded = w.base.folded(tree.clone());
-        debug_assert_eq!(folded.gen, gen);
-        self.set_base(&mut w, folded);
-        self.dirty_bytes
-            .store(w.base.mem_bytes(), Ordering::Relaxed);
-        self.put_writer(w);
+        self.with_writer("a checkpoint", |w| {
+            #[cfg(test)]
+            self.faults.checkpoint_step(super::store::CKPT_ADOPT);
+            let folded = w.base.folded(tree.clone());
+            debug_assert_eq!(folded.gen, gen);
+            self.set_base(w, folded);
+            self.dirty_bytes
+                .store(w.base.mem_bytes(), Ordering::Relaxed);
+        })?;
         self.retire(gen, &layer);
         drop(layer);
         {
@@ -298,6 +323,8 @@ impl Shared {
         fork: Option<&dyn Fork>,
         run: &mut Writing<'_>,
     ) -> Result<()> {
+        #[cfg(test)]
+        self.faults.checkpoint_step(super::store::CKPT_FOLD);
         let ps = self.page_size.bytes() as u64;
         let budget = self.options.fold_bytes.max(ps);
         // A node copied since the last part either had a page (reported
@@ -357,22 +384,20 @@ impl Shared {
     /// memtable ends at and the new base, or `None` when nothing was
     /// committed since the last checkpoint.
     fn freeze(&self) -> Result<Option<(Lsn, Arc<Base>)>> {
-        let mut w = self.take_writer()?;
-        if let Err(e) = self.wait_published(w.last_lsn) {
-            self.put_writer(w);
-            return Err(e);
-        }
-        let lsn = w.last_lsn;
-        if lsn == lock(&self.space).meta.checkpoint_lsn {
-            self.put_writer(w);
-            return Ok(None);
-        }
-        let frozen = w.base.freeze();
-        self.set_base(&mut w, frozen);
-        let base = Arc::clone(&w.base);
-        self.bytes_since_checkpoint.store(0, Ordering::Relaxed);
-        self.put_writer(w);
-        Ok(Some((lsn, base)))
+        self.with_writer("a checkpoint", |w| {
+            #[cfg(test)]
+            self.faults.checkpoint_step(super::store::CKPT_FREEZE);
+            self.wait_published(w.last_lsn)?;
+            let lsn = w.last_lsn;
+            if lsn == lock(&self.space).meta.checkpoint_lsn {
+                return Ok(None);
+            }
+            let frozen = w.base.freeze();
+            self.set_base(w, frozen);
+            let base = Arc::clone(&w.base);
+            self.bytes_since_checkpoint.store(0, Ordering::Relaxed);
+            Ok(Some((lsn, base)))
+        })?
     }
 
     /// Begin a checkpoint's writes: the generation of the tree it makes

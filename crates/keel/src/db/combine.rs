@@ -303,7 +303,7 @@ impl Shared {
             let g = match panic::catch_unwind(AssertUnwindSafe(|| self.run_group(&mut w, group))) {
                 Ok(g) => g,
                 Err(p) => {
-                    let why = self.writer_panicked(w, p.as_ref());
+                    let why = self.writer_panicked("a commit", w, p.as_ref());
                     // In doubt: some of their records may have been
                     // submitted, and may reach the disk.
                     let mut rings = Rings::default();

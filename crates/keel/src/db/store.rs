@@ -256,12 +256,46 @@ pub(crate) struct Shared {
 pub(crate) struct TestFaults {
     /// The next commit's apply panics.
     pub panic_in_apply: std::sync::atomic::AtomicBool,
+    /// The next checkpoint panics at this step (`CKPT_*`; 0: none).
+    pub panic_in_checkpoint: std::sync::atomic::AtomicU8,
 }
+
+#[cfg(test)]
+impl TestFaults {
+    /// Panic if a checkpoint panic was asked for at `step`.
+    pub(crate) fn checkpoint_step(&self, step: u8) {
+        if self
+            .panic_in_checkpoint
+            .compare_exchange(step, 0, Ordering::Relaxed, Ordering::Relaxed)
+            .is_ok()
+        {
+            panic!("injected: the checkpoint failed");
+        }
+    }
+}
+
+/// Checkpoint steps a test can make panic: freezing the memtable (under
+/// the writer slot), folding (without it), adopting the folded tree
+/// (under it).
+#[cfg(test)]
+pub(crate) const CKPT_FREEZE: u8 = 1;
+#[cfg(test)]
+pub(crate) const CKPT_FOLD: u8 = 2;
+#[cfg(test)]
+pub(crate) const CKPT_ADOPT: u8 = 3;
 
 impl std::fmt::Debug for Shared {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Store").field("path", &self.path).finish()
     }
+}
+
+/// What a panic said, or "a panic".
+pub(crate) fn panic_message(p: &(dyn Any + Send)) -> &str {
+    p.downcast_ref::<&str>()
+        .copied()
+        .or_else(|| p.downcast_ref::<String>().map(String::as_str))
+        .unwrap_or("a panic")
 }
 
 fn not_a_store(path: &Path, reason: impl Into<String>) -> DbError {
@@ -574,18 +608,41 @@ impl Shared {
         why
     }
 
-    /// After a panic while `w` was being changed (a bug): poison the store
-    /// and give the slot back, so that whoever waits for it gets the
-    /// poison instead of waiting forever; returns why.
-    pub(crate) fn writer_panicked(&self, w: WriterState, p: &(dyn Any + Send)) -> Arc<str> {
-        let what = p
-            .downcast_ref::<&str>()
-            .copied()
-            .or_else(|| p.downcast_ref::<String>().map(String::as_str))
-            .unwrap_or("a panic");
-        let why = self.set_poison(&format!("a commit panicked: {what}"));
+    /// After a panic while `w` was being changed (a bug) by `who` (a
+    /// commit, a checkpoint): poison the store and give the slot back, so
+    /// that whoever waits for it gets the poison instead of waiting
+    /// forever; returns why.
+    pub(crate) fn writer_panicked(
+        &self,
+        who: &str,
+        w: WriterState,
+        p: &(dyn Any + Send),
+    ) -> Arc<str> {
+        let why = self.set_poison(&format!("{who} panicked: {}", panic_message(p)));
         self.put_writer(w);
         why
+    }
+
+    /// Run `f` on the writer's state, taken for it (waiting while another
+    /// holds it) and given back after. A panic in `f` (a bug; `who` says
+    /// whose) poisons the store and gives the slot back before it goes on
+    /// up this thread.
+    pub(crate) fn with_writer<T>(
+        &self,
+        who: &str,
+        f: impl FnOnce(&mut WriterState) -> T,
+    ) -> Result<T> {
+        let mut w = self.take_writer()?;
+        match panic::catch_unwind(AssertUnwindSafe(|| f(&mut w))) {
+            Ok(t) => {
+                self.put_writer(w);
+                Ok(t)
+            }
+            Err(p) => {
+                self.writer_panicked(who, w, p.as_ref());
+                panic::resume_unwind(p)
+            }
+        }
     }
 
     // ----- the commit path ------------------------------------------------
@@ -635,7 +692,7 @@ impl Shared {
             self.applied(&w.base, record_bytes);
         }));
         if let Err(p) = applied {
-            self.writer_panicked(w, p.as_ref());
+            self.writer_panicked("a commit", w, p.as_ref());
             panic::resume_unwind(p);
         }
         w.last_lsn = lsn;
