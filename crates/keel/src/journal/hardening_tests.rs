@@ -235,6 +235,30 @@ fn start_writes_a_batch_nobody_waits_on() {
     assert_eq!(j.durable_lsn(), 1);
 }
 
+/// A callback that panics (the caller's code) does not end the journal's
+/// thread: a later record's callback is still called, and `start` still
+/// gets a batch written with nobody waiting.
+#[test]
+fn a_panicking_callback_does_not_stop_the_journal_thread() {
+    let (vfs, dir) = sim(6);
+    let j = Journal::open(vfs, &dir, small_options()).unwrap();
+    j.submit(b"first")
+        .unwrap()
+        .on_durable(|_| panic!("a caller's callback panicked"));
+    let (tx, rx) = std::sync::mpsc::channel();
+    j.submit(b"second")
+        .unwrap()
+        .on_durable(move |r| tx.send(r.unwrap()).unwrap());
+    assert_eq!(rx.recv_timeout(Duration::from_secs(10)), Ok(2));
+    let h = j.submit(b"third").unwrap();
+    h.start();
+    let t0 = std::time::Instant::now();
+    while !h.is_durable() {
+        assert!(t0.elapsed() < Duration::from_secs(10), "never written");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
 /// Fix 6: the journal directory's own name is made durable: a power cut
 /// right after acknowledged appends into a new directory keeps them.
 #[test]

@@ -34,6 +34,7 @@
 
 use std::cell::UnsafeCell;
 use std::collections::VecDeque;
+use std::panic::{self, AssertUnwindSafe};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
@@ -507,7 +508,10 @@ impl CommitHandle {
 
     /// Call `callback` once the record is durable (or failed), from a
     /// journal thread, with the outcome of the record's own batch. For
-    /// event loops that must not block.
+    /// event loops that must not block. The callback should be short: the
+    /// thread that runs it also writes the batches [`CommitHandle::start`]
+    /// asks for. One that panics does not stop that thread: its panic is
+    /// printed (the panic hook) and dropped, and the other callbacks run.
     pub fn on_durable(self, callback: impl FnOnce(Result<Lsn, JournalError>) + Send + 'static) {
         if self.is_durable() {
             callback(Ok(self.lsn));
@@ -871,6 +875,9 @@ pub(super) fn flusher_loop(shared: Arc<Shared>) {
 
 /// Run `callbacks` in batch order, each with its own batch's outcome: a
 /// batch that became durable before a later one failed reports success.
+/// A callback that panics (the caller's code) does not end this thread:
+/// the panic hook has printed it, and the other callbacks run, and later
+/// `start`s are written, as if it had returned.
 fn run_callbacks(shared: &Shared, callbacks: &mut Vec<(u64, Lsn, Callback)>) {
     callbacks.sort_by_key(|c| c.0);
     let mut outcome: Option<(u64, Result<(), JournalError>)> = None;
@@ -883,7 +890,7 @@ fn run_callbacks(shared: &Shared, callbacks: &mut Vec<(u64, Lsn, Callback)>) {
                 r
             }
         };
-        cb(result.map(|_| lsn));
+        let _ = panic::catch_unwind(AssertUnwindSafe(|| cb(result.map(|_| lsn))));
     }
 }
 
