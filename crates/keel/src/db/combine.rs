@@ -40,8 +40,9 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Instant;
 
 use super::error::{DbError, Result};
-use super::store::{lock, OverlapCounters, Shared, WriterState, START_MIN_OPS};
+use super::store::{lock, panic_message, OverlapCounters, Shared, WriterState, START_MIN_OPS};
 use super::txn::{Active, Blind};
+use super::view::Published;
 use super::Durability;
 use crate::bell::Bell;
 use crate::journal::{CommitHandle, JournalError, Lsn};
@@ -126,6 +127,16 @@ impl Rings {
     fn send(&mut self, t: &Ticket, state: TicketState) {
         *lock(&t.state) = state;
         self.0 |= 1 << t.bell();
+    }
+
+    /// Fail `t`'s commit (in doubt: `CommitFailed`) unless it was told
+    /// its result already.
+    fn fail_untold(&mut self, t: &Ticket, why: &Arc<str>) {
+        let mut state = lock(&t.state);
+        if matches!(*state, TicketState::Waiting) {
+            *state = TicketState::Done(Err(DbError::CommitFailed(Arc::clone(why))));
+            self.0 |= 1 << t.bell();
+        }
     }
 
     fn ring(self, bells: &[Bell]) {
@@ -289,11 +300,13 @@ impl Shared {
     /// groups' from the journal's thread once their records are durable,
     /// so that the leader goes on meanwhile.
     ///
-    /// A panic while a group is being committed (a bug) poisons the store,
-    /// fails the group's members (`CommitFailed`: in doubt) and gives the
-    /// slot back before it goes on up this thread: the other committers,
+    /// A panic while a group is being committed or told its results (a
+    /// bug) poisons the store, fails the group's members not yet told
+    /// (`CommitFailed`: in doubt) and gives the slot back if this thread
+    /// holds it, before it goes on up this thread: the other committers,
     /// waiting transactions and the checkpointer get an error instead of
-    /// waiting forever.
+    /// waiting forever. On the journal's thread, [`Waiters`] does the same
+    /// for the members it was to tell.
     fn lead(self: &Arc<Self>, mut w: WriterState, mut group: Vec<Queued>) {
         let mut held: Vec<Arc<Ticket>> = Vec::new();
         loop {
@@ -326,12 +339,36 @@ impl Shared {
             {
                 group = slot.take_queue();
                 drop(slot);
-                self.settle(g, false);
+                // With the slot held: a panic (a bug) must give it back,
+                // fail the group's members not yet told, and fail the
+                // group just taken (none of it submitted).
+                if let Err(p) = panic::catch_unwind(AssertUnwindSafe(|| self.settle(g, false))) {
+                    let why = self.writer_panicked("a commit", w, p.as_ref());
+                    let mut rings = Rings::default();
+                    for t in &held {
+                        rings.fail_untold(t, &why);
+                    }
+                    for q in &group {
+                        let refused = DbError::Poisoned(Arc::clone(&why));
+                        rings.send(&q.ticket, TicketState::Done(Err(refused)));
+                    }
+                    rings.ring(&self.bells);
+                    panic::resume_unwind(p)
+                }
                 continue;
             }
             slot.state = Some(w);
             self.dispatch(slot);
-            self.settle(g, true);
+            if let Err(p) = panic::catch_unwind(AssertUnwindSafe(|| self.settle(g, true))) {
+                let why =
+                    self.set_poison(&format!("a commit panicked: {}", panic_message(p.as_ref())));
+                let mut rings = Rings::default();
+                for t in &held {
+                    rings.fail_untold(t, &why);
+                }
+                rings.ring(&self.bells);
+                panic::resume_unwind(p)
+            }
             return;
         }
     }
@@ -551,6 +588,10 @@ impl Shared {
     /// durable and published — waiting here (`wait`), or from the
     /// journal's thread.
     fn settle(&self, g: Group, wait: bool) {
+        #[cfg(test)]
+        if self.faults.panic_in_settle.swap(false, Ordering::Relaxed) {
+            panic!("injected: settling failed");
+        }
         let Group {
             tickets,
             durability,
@@ -586,32 +627,74 @@ impl Shared {
             }
             return;
         }
-        let bells = Arc::clone(&self.bells);
-        let tell = move |outcome: std::result::Result<(), Arc<str>>| {
-            let mut rings = Rings::default();
-            for (t, had_record) in waiting {
-                let r = match &outcome {
-                    Ok(()) => Ok(()),
-                    Err(why) if had_record => Err(DbError::CommitFailed(Arc::clone(why))),
-                    Err(why) => Err(DbError::Poisoned(Arc::clone(why))),
-                };
-                rings.send(&t, TicketState::Done(r));
-            }
-            rings.ring(&bells);
+        let waiters = Waiters {
+            list: waiting,
+            bells: Arc::clone(&self.bells),
+            published: Arc::clone(&self.published),
         };
         match last {
             // Nothing written: `Immediate` still waits for earlier commits.
-            None => tell(self.wait_published(last_lsn).map_err(failure_reason)),
-            Some(h) if wait => tell(match h.wait() {
+            None => waiters.tell(self.wait_published(last_lsn).map_err(failure_reason)),
+            Some(h) if wait => waiters.tell(match h.wait() {
                 Ok(_) => {
                     self.publish(last_lsn);
                     Ok(())
                 }
                 Err(e) => Err(self.set_poison(&format!("writing lsn {last_lsn} failed: {e}"))),
             }),
-            Some(h) => self.publish_on_durable(h, last_lsn, tell),
+            Some(h) => self.publish_on_durable(h, last_lsn, move |o| waiters.tell(o)),
         }
     }
+}
+
+/// A group's members waiting for their results until its last record is
+/// durable and published: told through [`Waiters::tell`]. Dropped untold
+/// — a panic on the way (a bug), or a journal callback never run — it
+/// poisons the store and fails them, so that none waits forever.
+struct Waiters {
+    /// Each member's ticket, and whether it had a record (in doubt if the
+    /// group fails: `CommitFailed`, else `Poisoned`).
+    list: Vec<(Arc<Ticket>, bool)>,
+    bells: Arc<[Bell]>,
+    published: Arc<Published>,
+}
+
+impl Waiters {
+    fn tell(mut self, outcome: std::result::Result<(), Arc<str>>) {
+        let list = std::mem::take(&mut self.list);
+        tell_all(list, &outcome, &self.bells);
+    }
+}
+
+impl Drop for Waiters {
+    fn drop(&mut self) {
+        if self.list.is_empty() {
+            return;
+        }
+        let why = self
+            .published
+            .set_poison("a commit panicked while its group was being told its results");
+        tell_all(std::mem::take(&mut self.list), &Err(why), &self.bells);
+    }
+}
+
+/// Tell each member `outcome` (a failure as `CommitFailed` to those with a
+/// record), then ring their bells.
+fn tell_all(
+    list: Vec<(Arc<Ticket>, bool)>,
+    outcome: &std::result::Result<(), Arc<str>>,
+    bells: &[Bell],
+) {
+    let mut rings = Rings::default();
+    for (t, had_record) in list {
+        let r = match outcome {
+            Ok(()) => Ok(()),
+            Err(why) if had_record => Err(DbError::CommitFailed(Arc::clone(why))),
+            Err(why) => Err(DbError::Poisoned(Arc::clone(why))),
+        };
+        rings.send(&t, TicketState::Done(r));
+    }
+    rings.ring(bells);
 }
 
 /// A leg of an overlapped commit longer than this is counted as slow.

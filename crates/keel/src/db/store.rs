@@ -256,6 +256,8 @@ pub(crate) struct Shared {
 pub(crate) struct TestFaults {
     /// The next commit's apply panics.
     pub panic_in_apply: std::sync::atomic::AtomicBool,
+    /// The next group told its results panics first.
+    pub panic_in_settle: std::sync::atomic::AtomicBool,
     /// The next checkpoint panics at this step (`CKPT_*`; 0: none).
     pub panic_in_checkpoint: std::sync::atomic::AtomicU8,
 }

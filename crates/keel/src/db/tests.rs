@@ -1006,3 +1006,66 @@ fn a_panic_in_a_checkpoint_poisons_the_store_instead_of_hanging_it() {
         }
     }
 }
+
+/// A panic (an injected bug) while a group of blind commits is being told
+/// its results — before anything is told, or publishing its LSN; on the
+/// group's leader, on a leader going on to the next group with the slot
+/// held, or on the journal's thread — poisons the store instead of
+/// leaving the group's members (or every writer) waiting; after a power
+/// cut a reopen has every acknowledged commit.
+#[test]
+fn a_panic_while_a_group_is_told_its_results_poisons_the_store() {
+    use std::sync::atomic::Ordering::Relaxed;
+    use std::time::Duration;
+    for in_publish in [true, false] {
+        for seed in 0..8u64 {
+            let vfs = SimVfs::new(20 + seed);
+            let dir = Path::new("/s");
+            let db = Arc::new(builder(&vfs).create(dir).unwrap());
+            commit_one(&db, b"before", b"1").unwrap();
+            let (done, finished) = std::sync::mpsc::channel();
+            let committers: Vec<_> = (0..6u32)
+                .map(|t| {
+                    let (db, done) = (Arc::clone(&db), done.clone());
+                    std::thread::spawn(move || {
+                        let acked = commit_until_refused(&db, t, true, false);
+                        done.send(()).unwrap();
+                        acked
+                    })
+                })
+                .collect();
+            std::thread::sleep(Duration::from_millis(10 + 2 * seed));
+            let fault = match in_publish {
+                true => &db.shared.published.panic_in_publish,
+                false => &db.shared.faults.panic_in_settle,
+            };
+            fault.store(true, Relaxed);
+            for _ in 0..committers.len() {
+                finished
+                    .recv_timeout(Duration::from_secs(60))
+                    .expect("a committer hangs after the panic");
+            }
+            let acked: Vec<String> = committers
+                .into_iter()
+                .flat_map(|h| h.join().unwrap())
+                .collect();
+            assert!(!fault.load(Relaxed));
+            let e = commit_one(&db, b"after", b"2").unwrap_err();
+            assert!(e.to_string().contains("panicked"), "{e}");
+            let Ok(db) = Arc::try_unwrap(db) else {
+                panic!("the committers are done")
+            };
+            assert!(db.close().is_err());
+            vfs.crash(CrashMode::PowerLoss);
+            let db = builder(&vfs).open(dir).unwrap();
+            assert_eq!(get(&db, "t", b"before"), Some(b"1".to_vec()));
+            for key in &acked {
+                assert!(
+                    get(&db, "t", key.as_bytes()).is_some(),
+                    "seed {seed}: {key} was acknowledged"
+                );
+            }
+            db.check().unwrap();
+        }
+    }
+}

@@ -45,6 +45,9 @@ pub(super) struct Published {
     expired_below: AtomicU64,
     view_cv: Condvar,
     pub poison: Mutex<Option<Arc<str>>>,
+    /// The next publish panics (a test's injected bug).
+    #[cfg(test)]
+    pub panic_in_publish: std::sync::atomic::AtomicBool,
 }
 
 impl Published {
@@ -60,6 +63,8 @@ impl Published {
             expired_below: AtomicU64::new(0),
             view_cv: Condvar::new(),
             poison: Mutex::new(None),
+            #[cfg(test)]
+            panic_in_publish: std::sync::atomic::AtomicBool::new(false),
         }
     }
 
@@ -67,6 +72,10 @@ impl Published {
     /// unless a later durable state is already published: committers may
     /// wake out of order, and the published LSN never moves back.
     pub(super) fn publish(&self, lsn: Lsn) {
+        #[cfg(test)]
+        if self.panic_in_publish.swap(false, Ordering::Relaxed) {
+            panic!("injected: the publish failed");
+        }
         let mut v = lock(&self.view);
         v.lsn = v.lsn.max(lsn);
         let wake = v.lsn_waiters > 0;
