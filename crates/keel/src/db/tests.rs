@@ -1,7 +1,9 @@
 //! Tests of the store on the simulated file system.
 
 use std::path::Path;
+use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
+use std::time::Duration;
 
 use super::*;
 use crate::io::{CrashMode, SimVfs};
@@ -835,53 +837,16 @@ fn a_lone_large_commit_counts_its_write_and_apply_legs() {
 fn a_panic_in_the_commit_path_poisons_the_store_instead_of_hanging_it() {
     for blind in [true, false] {
         let vfs = SimVfs::new(11);
-        let dir = Path::new("/s");
-        let db = Arc::new(builder(&vfs).create(dir).unwrap());
+        let db = Arc::new(builder(&vfs).create(Path::new("/s")).unwrap());
         commit_one(&db, b"before", b"1").unwrap();
-        let (done, finished) = std::sync::mpsc::channel();
-        let committers: Vec<_> = (0..4u32)
-            .map(|t| {
-                let (db, done) = (Arc::clone(&db), done.clone());
-                std::thread::spawn(move || {
-                    let acked = commit_until_refused(&db, t, blind, true);
-                    done.send(()).unwrap();
-                    acked
-                })
-            })
-            .collect();
-        // Every committer must stop; without the poison they would wait
-        // for the lost slot forever.
-        for _ in 0..committers.len() {
-            finished
-                .recv_timeout(std::time::Duration::from_secs(60))
-                .expect("a committer hangs after the panic");
-        }
-        let acked: Vec<String> = committers
-            .into_iter()
-            .flat_map(|h| h.join().unwrap())
-            .collect();
-        assert!(!db
-            .shared
-            .faults
-            .panic_in_apply
-            .load(std::sync::atomic::Ordering::Relaxed));
+        // Without the poison the committers would wait for the lost slot
+        // forever.
+        let acked = run_until_refused(&db, 4, move |_| blind, true, || {});
+        assert!(!db.shared.faults.panic_in_apply.load(Relaxed));
         assert!(matches!(db.checkpoint(), Err(DbError::Poisoned(_))));
         let e = commit_one(&db, b"after", b"2").unwrap_err();
         assert!(e.to_string().contains("a commit panicked"), "{e}");
-        let Ok(db) = Arc::try_unwrap(db) else {
-            panic!("the committers are done")
-        };
-        let _ = db.close();
-        vfs.crash(CrashMode::PowerLoss);
-        let db = builder(&vfs).open(dir).unwrap();
-        assert_eq!(get(&db, "t", b"before"), Some(b"1".to_vec()));
-        for key in &acked {
-            assert!(
-                get(&db, "t", key.as_bytes()).is_some(),
-                "{key} was acknowledged"
-            );
-        }
-        db.check().unwrap();
+        let _ = close_cut_and_check(&vfs, db, &acked);
     }
 }
 
@@ -924,6 +889,60 @@ fn commit_until_refused(db: &Database, t: u32, blind: bool, inject_apply: bool) 
     acked
 }
 
+/// Run `n` committers (`commit_until_refused`; committer `t` blind if
+/// `blind(t)`, committer 0 injecting a panic into the apply with
+/// `inject_apply`), call `meanwhile`, and wait for every committer to be
+/// refused: 60 s at most, else one hangs. Returns the keys acknowledged.
+fn run_until_refused(
+    db: &Arc<Database>,
+    n: u32,
+    blind: impl Fn(u32) -> bool + Send + Copy + 'static,
+    inject_apply: bool,
+    meanwhile: impl FnOnce(),
+) -> Vec<String> {
+    let (done, finished) = std::sync::mpsc::channel();
+    let committers: Vec<_> = (0..n)
+        .map(|t| {
+            let (db, done) = (Arc::clone(db), done.clone());
+            std::thread::spawn(move || {
+                let acked = commit_until_refused(&db, t, blind(t), inject_apply);
+                done.send(()).unwrap();
+                acked
+            })
+        })
+        .collect();
+    meanwhile();
+    for _ in 0..n {
+        finished
+            .recv_timeout(std::time::Duration::from_secs(60))
+            .expect("a committer hangs after the panic");
+    }
+    committers
+        .into_iter()
+        .flat_map(|h| h.join().unwrap())
+        .collect()
+}
+
+/// Close the stopped store (its result), cut the power, reopen: `before`
+/// and every key in `acked` must be there, and the store check clean.
+fn close_cut_and_check(vfs: &Arc<SimVfs>, db: Arc<Database>, acked: &[String]) -> Result<()> {
+    let Ok(db) = Arc::try_unwrap(db) else {
+        panic!("the committers are done")
+    };
+    let closed = db.close();
+    vfs.crash(CrashMode::PowerLoss);
+    let db = builder(vfs).open(Path::new("/s")).unwrap();
+    assert_eq!(get(&db, "t", b"before"), Some(b"1".to_vec()));
+    for key in acked {
+        assert!(
+            get(&db, "t", key.as_bytes()).is_some(),
+            "{key} was acknowledged"
+        );
+    }
+    db.check().unwrap();
+    closed
+}
+
 /// A panic in a checkpoint (a bug), at each of its steps — freezing the
 /// memtable and adopting the folded tree under the writer slot, folding
 /// without it — on the background checkpointer or on the thread that
@@ -934,75 +953,50 @@ fn commit_until_refused(db: &Database, t: u32, blind: bool, inject_apply: bool) 
 #[test]
 fn a_panic_in_a_checkpoint_poisons_the_store_instead_of_hanging_it() {
     use super::store::{CKPT_ADOPT, CKPT_FOLD, CKPT_FREEZE};
-    use std::sync::atomic::Ordering::Relaxed;
-    use std::time::Duration;
     for step in [CKPT_FREEZE, CKPT_FOLD, CKPT_ADOPT] {
         for background in [false, true] {
             let vfs = SimVfs::new(12);
-            let dir = Path::new("/s");
             let db = builder(&vfs)
                 .background_checkpoints(background)
                 .checkpoint_interval(Some(Duration::from_millis(5)))
-                .create(dir)
+                .create(Path::new("/s"))
                 .unwrap();
             let db = Arc::new(db);
             commit_one(&db, b"before", b"1").unwrap();
-            let (done, finished) = std::sync::mpsc::channel();
-            let committers: Vec<_> = (0..3u32)
-                .map(|t| {
-                    let (db, done) = (Arc::clone(&db), done.clone());
-                    std::thread::spawn(move || {
-                        let acked = commit_until_refused(&db, t, t != 1, false);
-                        done.send(()).unwrap();
-                        acked
-                    })
-                })
-                .collect();
-            std::thread::sleep(Duration::from_millis(20));
-            db.shared.faults.panic_in_checkpoint.store(step, Relaxed);
-            if !background {
-                // Checkpoint until one reaches the step and panics.
-                let deadline = std::time::Instant::now() + Duration::from_secs(60);
-                while db.shared.faults.panic_in_checkpoint.load(Relaxed) != 0 {
-                    assert!(
-                        std::time::Instant::now() < deadline,
-                        "no checkpoint panicked"
-                    );
-                    let r =
-                        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| db.checkpoint()));
-                    if let Err(p) = r {
-                        let what = p.downcast_ref::<&str>().copied().unwrap_or("");
-                        assert_eq!(what, "injected: the checkpoint failed");
+            let acked = run_until_refused(
+                &db,
+                3,
+                |t| t != 1,
+                false,
+                || {
+                    std::thread::sleep(Duration::from_millis(20));
+                    db.shared.faults.panic_in_checkpoint.store(step, Relaxed);
+                    if !background {
+                        checkpoint_until_it_panics(&db);
                     }
-                }
-            }
-            for _ in 0..committers.len() {
-                finished
-                    .recv_timeout(Duration::from_secs(60))
-                    .expect("a committer hangs after the checkpoint's panic");
-            }
-            let acked: Vec<String> = committers
-                .into_iter()
-                .flat_map(|h| h.join().unwrap())
-                .collect();
+                },
+            );
             assert!(!acked.is_empty());
             let e = commit_one(&db, b"after", b"2").unwrap_err();
             assert!(e.to_string().contains("a checkpoint panicked"), "{e}");
             assert!(matches!(db.checkpoint(), Err(DbError::Poisoned(_))));
-            let Ok(db) = Arc::try_unwrap(db) else {
-                panic!("the committers are done")
-            };
-            assert!(db.close().is_err());
-            vfs.crash(CrashMode::PowerLoss);
-            let db = builder(&vfs).open(dir).unwrap();
-            assert_eq!(get(&db, "t", b"before"), Some(b"1".to_vec()));
-            for key in &acked {
-                assert!(
-                    get(&db, "t", key.as_bytes()).is_some(),
-                    "step {step}, background {background}: {key} was acknowledged"
-                );
-            }
-            db.check().unwrap();
+            assert!(close_cut_and_check(&vfs, db, &acked).is_err());
+        }
+    }
+}
+
+/// Checkpoint until one reaches the step a panic was injected at.
+fn checkpoint_until_it_panics(db: &Database) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while db.shared.faults.panic_in_checkpoint.load(Relaxed) != 0 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no checkpoint panicked"
+        );
+        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| db.checkpoint()));
+        if let Err(p) = r {
+            let what = p.downcast_ref::<&str>().copied().unwrap_or("");
+            assert_eq!(what, "injected: the checkpoint failed");
         }
     }
 }
@@ -1015,57 +1009,29 @@ fn a_panic_in_a_checkpoint_poisons_the_store_instead_of_hanging_it() {
 /// cut a reopen has every acknowledged commit.
 #[test]
 fn a_panic_while_a_group_is_told_its_results_poisons_the_store() {
-    use std::sync::atomic::Ordering::Relaxed;
-    use std::time::Duration;
     for in_publish in [true, false] {
         for seed in 0..8u64 {
             let vfs = SimVfs::new(20 + seed);
-            let dir = Path::new("/s");
-            let db = Arc::new(builder(&vfs).create(dir).unwrap());
+            let db = Arc::new(builder(&vfs).create(Path::new("/s")).unwrap());
             commit_one(&db, b"before", b"1").unwrap();
-            let (done, finished) = std::sync::mpsc::channel();
-            let committers: Vec<_> = (0..6u32)
-                .map(|t| {
-                    let (db, done) = (Arc::clone(&db), done.clone());
-                    std::thread::spawn(move || {
-                        let acked = commit_until_refused(&db, t, true, false);
-                        done.send(()).unwrap();
-                        acked
-                    })
-                })
-                .collect();
-            std::thread::sleep(Duration::from_millis(10 + 2 * seed));
             let fault = match in_publish {
                 true => &db.shared.published.panic_in_publish,
                 false => &db.shared.faults.panic_in_settle,
             };
-            fault.store(true, Relaxed);
-            for _ in 0..committers.len() {
-                finished
-                    .recv_timeout(Duration::from_secs(60))
-                    .expect("a committer hangs after the panic");
-            }
-            let acked: Vec<String> = committers
-                .into_iter()
-                .flat_map(|h| h.join().unwrap())
-                .collect();
+            let acked = run_until_refused(
+                &db,
+                6,
+                |_| true,
+                false,
+                || {
+                    std::thread::sleep(Duration::from_millis(10 + 2 * seed));
+                    fault.store(true, Relaxed);
+                },
+            );
             assert!(!fault.load(Relaxed));
             let e = commit_one(&db, b"after", b"2").unwrap_err();
             assert!(e.to_string().contains("panicked"), "{e}");
-            let Ok(db) = Arc::try_unwrap(db) else {
-                panic!("the committers are done")
-            };
-            assert!(db.close().is_err());
-            vfs.crash(CrashMode::PowerLoss);
-            let db = builder(&vfs).open(dir).unwrap();
-            assert_eq!(get(&db, "t", b"before"), Some(b"1".to_vec()));
-            for key in &acked {
-                assert!(
-                    get(&db, "t", key.as_bytes()).is_some(),
-                    "seed {seed}: {key} was acknowledged"
-                );
-            }
-            db.check().unwrap();
+            assert!(close_cut_and_check(&vfs, db, &acked).is_err());
         }
     }
 }
