@@ -16,7 +16,7 @@ use super::freelist;
 use super::layers::{Base, Layer};
 use super::meta::{Meta, PageRef};
 use super::pagewrite::PageWriter;
-use super::store::{lock, panic_message, Shared, Space};
+use super::store::{lock, Shared, Space};
 use crate::btree::{detach_clean, reserve_pages, Fork, PageNo, Placed, Tree, TreeMut};
 use crate::io::SyncKind;
 use crate::journal::Lsn;
@@ -215,10 +215,7 @@ impl Shared {
         match panic::catch_unwind(AssertUnwindSafe(|| self.checkpoint_steps(fork))) {
             Ok(r) => r,
             Err(p) => {
-                self.set_poison(&format!(
-                    "a checkpoint panicked: {}",
-                    panic_message(p.as_ref())
-                ));
+                self.panicked("a checkpoint", p.as_ref());
                 panic::resume_unwind(p)
             }
         }

@@ -40,7 +40,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Instant;
 
 use super::error::{DbError, Result};
-use super::store::{lock, panic_message, OverlapCounters, Shared, WriterState, START_MIN_OPS};
+use super::store::{lock, OverlapCounters, Shared, WriterState, START_MIN_OPS};
 use super::txn::{Active, Blind};
 use super::view::Published;
 use super::Durability;
@@ -317,15 +317,7 @@ impl Shared {
                 Ok(g) => g,
                 Err(p) => {
                     let why = self.writer_panicked("a commit", w, p.as_ref());
-                    // In doubt: some of their records may have been
-                    // submitted, and may reach the disk.
-                    let mut rings = Rings::default();
-                    for t in &held {
-                        let failed = DbError::CommitFailed(Arc::clone(&why));
-                        rings.send(t, TicketState::Done(Err(failed)));
-                    }
-                    rings.ring(&self.bells);
-                    panic::resume_unwind(p)
+                    self.fail_after_panic(&held, &[], &why, p)
                 }
             };
             self.counters
@@ -344,33 +336,42 @@ impl Shared {
                 // group just taken (none of it submitted).
                 if let Err(p) = panic::catch_unwind(AssertUnwindSafe(|| self.settle(g, false))) {
                     let why = self.writer_panicked("a commit", w, p.as_ref());
-                    let mut rings = Rings::default();
-                    for t in &held {
-                        rings.fail_untold(t, &why);
-                    }
-                    for q in &group {
-                        let refused = DbError::Poisoned(Arc::clone(&why));
-                        rings.send(&q.ticket, TicketState::Done(Err(refused)));
-                    }
-                    rings.ring(&self.bells);
-                    panic::resume_unwind(p)
+                    self.fail_after_panic(&held, &group, &why, p)
                 }
                 continue;
             }
             slot.state = Some(w);
             self.dispatch(slot);
             if let Err(p) = panic::catch_unwind(AssertUnwindSafe(|| self.settle(g, true))) {
-                let why =
-                    self.set_poison(&format!("a commit panicked: {}", panic_message(p.as_ref())));
-                let mut rings = Rings::default();
-                for t in &held {
-                    rings.fail_untold(t, &why);
-                }
-                rings.ring(&self.bells);
-                panic::resume_unwind(p)
+                let why = self.panicked("a commit", p.as_ref());
+                self.fail_after_panic(&held, &[], &why, p)
             }
             return;
         }
+    }
+
+    /// After a panic `p` (a bug) while leading a group, the store poisoned
+    /// with `why`: fail the group's members not yet told (`held`;
+    /// `CommitFailed`, in doubt: their records may have been submitted)
+    /// and those of `taken`, a group taken from the queue and not run
+    /// (`Poisoned`), then let the panic go on up this thread.
+    fn fail_after_panic(
+        &self,
+        held: &[Arc<Ticket>],
+        taken: &[Queued],
+        why: &Arc<str>,
+        p: Box<dyn std::any::Any + Send>,
+    ) -> ! {
+        let mut rings = Rings::default();
+        for t in held {
+            rings.fail_untold(t, why);
+        }
+        for q in taken {
+            let refused = DbError::Poisoned(Arc::clone(why));
+            rings.send(&q.ticket, TicketState::Done(Err(refused)));
+        }
+        rings.ring(&self.bells);
+        panic::resume_unwind(p)
     }
 
     /// Replay, submit and apply one group.

@@ -620,9 +620,15 @@ impl Shared {
         w: WriterState,
         p: &(dyn Any + Send),
     ) -> Arc<str> {
-        let why = self.set_poison(&format!("{who} panicked: {}", panic_message(p)));
+        let why = self.panicked(who, p);
         self.put_writer(w);
         why
+    }
+
+    /// Poison the store after a panic (a bug) in `who` (a commit, a
+    /// checkpoint); returns why.
+    pub(crate) fn panicked(&self, who: &str, p: &(dyn Any + Send)) -> Arc<str> {
+        self.set_poison(&format!("{who} panicked: {}", panic_message(p)))
     }
 
     /// Run `f` on the writer's state, taken for it (waiting while another
