@@ -131,19 +131,17 @@ fn read_value_file(path: &Path, limits: &Limits) -> Result<Vec<u8>, Failure> {
         .max_value_bytes
         .min(limits.max_transaction_bytes as u64);
     let named = || format!("--value-file {}", path.display());
+    let unreadable = |e: std::io::Error| Failure::bad_input(format!("{}: {e}", named()));
     let source: Box<dyn Read> = if path == Path::new("-") {
         Box::new(std::io::stdin().lock())
     } else {
-        Box::new(
-            std::fs::File::open(path)
-                .map_err(|e| Failure::bad_input(format!("{}: {e}", named())))?,
-        )
+        Box::new(std::fs::File::open(path).map_err(unreadable)?)
     };
     let mut buf = Vec::new();
     source
         .take(max + 1)
         .read_to_end(&mut buf)
-        .map_err(|e| Failure::bad_input(format!("{}: {e}", named())))?;
+        .map_err(unreadable)?;
     if buf.len() as u64 > max {
         return Err(Failure::bad_input(format!(
             "{}: larger than {max} bytes, the most one value can be in this store \
