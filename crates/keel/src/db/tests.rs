@@ -362,47 +362,25 @@ fn writers_running_during_checkpoints_keep_every_page_accounted_for() {
     let taken = std::sync::atomic::AtomicU64::new(0);
     let checkpoints = std::thread::scope(|s| {
         let ckpt = s.spawn(|| {
-            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+            while !stop.load(Relaxed) {
                 if db.checkpoint().unwrap().is_some() {
-                    taken.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    taken.fetch_add(1, Relaxed);
                 }
             }
-            taken.load(std::sync::atomic::Ordering::Relaxed)
+            taken.load(Relaxed)
         });
         let mut rng = 0x9e37_79b9_7f4a_7c15u64;
         // At least 400 transactions, and on until 5 checkpoints ran
         // among them (on a busy machine the checkpointer can lag).
         for round in 0..100_000u32 {
-            if round >= 400 && taken.load(std::sync::atomic::Ordering::Relaxed) >= 5 {
+            if round >= 400 && taken.load(Relaxed) >= 5 {
                 break;
             }
             let mut w = db.begin_write().unwrap();
-            let mut t = w.open_table("t").unwrap();
-            for _ in 0..20 {
-                rng ^= rng << 13;
-                rng ^= rng >> 7;
-                rng ^= rng << 17;
-                let k = (rng % 3000).to_be_bytes();
-                match rng >> 60 {
-                    0 => {
-                        t.remove(k).unwrap();
-                        model.remove(&k);
-                    }
-                    1 => {
-                        let v = vec![round as u8; 9000];
-                        t.insert(k, &v).unwrap();
-                        model.insert(k, v);
-                    }
-                    _ => {
-                        let v = round.to_le_bytes().repeat(25);
-                        t.insert(k, &v).unwrap();
-                        model.insert(k, v);
-                    }
-                }
-            }
+            random_changes(&mut w.open_table("t").unwrap(), &mut rng, round, &mut model);
             w.commit().unwrap();
         }
-        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        stop.store(true, Relaxed);
         ckpt.join().unwrap()
     });
     assert!(checkpoints >= 5, "only {checkpoints} checkpoints ran");
@@ -424,6 +402,39 @@ fn writers_running_during_checkpoints_keep_every_page_accounted_for() {
         .collect();
     let want: Vec<(Vec<u8>, Vec<u8>)> = model.into_iter().map(|(k, v)| (k.to_vec(), v)).collect();
     assert_eq!(got, want);
+}
+
+/// Make 20 changes of transaction `round` to `t` and to `model`: among
+/// 3,000 keys, a delete, a value of 9,000 bytes (overflow pages) or one of
+/// 100 bytes.
+fn random_changes(
+    t: &mut TableMut<'_>,
+    rng: &mut u64,
+    round: u32,
+    model: &mut std::collections::BTreeMap<[u8; 8], Vec<u8>>,
+) {
+    for _ in 0..20 {
+        *rng ^= *rng << 13;
+        *rng ^= *rng >> 7;
+        *rng ^= *rng << 17;
+        let k = (*rng % 3000).to_be_bytes();
+        match *rng >> 60 {
+            0 => {
+                t.remove(k).unwrap();
+                model.remove(&k);
+            }
+            1 => {
+                let v = vec![round as u8; 9000];
+                t.insert(k, &v).unwrap();
+                model.insert(k, v);
+            }
+            _ => {
+                let v = round.to_le_bytes().repeat(25);
+                t.insert(k, &v).unwrap();
+                model.insert(k, v);
+            }
+        }
+    }
 }
 
 /// Changed pages in memory are bounded: past `backpressure_dirty_bytes`,
