@@ -389,6 +389,18 @@ fn ratio_target(
 fn legs_lines(rows: &[serde_json::Value]) -> String {
     let mut out = String::new();
     for r in rows {
+        let runs = &r["runs"];
+        if runs["commits"].as_u64().unwrap_or(0) > 0 {
+            out += &format!(
+                "\n{} T={}, the store's median run: {} commits returned once durable, published \
+                 as sorted runs, and were inserted into the memtable by the helper afterwards \
+                 ({} µs per commit).\n",
+                r["workload"].as_str().unwrap_or("?"),
+                r["threads"],
+                runs["commits"],
+                runs["apply_us_per_commit"],
+            );
+        }
         let o = &r["overlap"];
         if o["commits"].as_u64().unwrap_or(0) == 0 {
             continue;

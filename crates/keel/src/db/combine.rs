@@ -40,6 +40,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Instant;
 
 use super::error::{DbError, Result};
+use super::pending::Run;
 use super::store::{lock, OverlapCounters, Shared, WriterState, START_MIN_OPS};
 use super::txn::{Active, Blind};
 use super::view::Published;
@@ -198,6 +199,10 @@ impl Shared {
                 return Err(e);
             }
             if let Some(state) = w.state.take() {
+                drop(w);
+                // The slot's holder reads and changes the memtable: every
+                // run goes in first.
+                self.drain_applies();
                 return Ok(state);
             }
             w.waiting += 1;
@@ -490,6 +495,7 @@ impl Shared {
             *record_buf = rec.into_buf();
             return Ok(Some((Prepared::Direct(blind, ids, bytes), submitted)));
         }
+        self.drain_applies();
         let view = WriterState::new(Arc::clone(&w.base), last_lsn);
         let a = Active::replay(
             Arc::clone(self),
@@ -522,7 +528,16 @@ impl Shared {
     ///   given back, so the next group can be submitted meanwhile.
     /// - A small lone group applies first; the wait writes it (see
     ///   `START_MIN_OPS`).
-    fn write_and_apply(&self, w: &WriterState, g: &mut Group, more: bool, ops: usize) {
+    fn write_and_apply(self: &Arc<Self>, w: &WriterState, g: &mut Group, more: bool, ops: usize) {
+        if ops >= START_MIN_OPS
+            && !more
+            && g.members.len() == 1
+            && g.durability[0] == Durability::Immediate
+            && self.helper.is_some()
+            && matches!(g.members[0], Member::Submitted(Prepared::Direct(..), _))
+        {
+            return self.write_then_publish_run(w, g);
+        }
         let Some(h) = g.last.as_ref() else {
             return self.apply_members(w, &mut g.members);
         };
@@ -561,9 +576,77 @@ impl Shared {
         self.apply_members(w, &mut g.members);
     }
 
+    /// A lone `Immediate` transaction straight from its puts: write its
+    /// record on this thread; once durable, publish it as a sorted run
+    /// (readers search it above the memtable) and hand its insert into
+    /// the memtable to the helper, which nobody waits for. See
+    /// `super::pending` for why, and for the order of inserts. More than
+    /// [`MAX_UNAPPLIED_RUNS`] runs waiting: this thread inserts them
+    /// first, so that memory and readers' searches stay bounded.
+    fn write_then_publish_run(self: &Arc<Self>, w: &WriterState, g: &mut Group) {
+        let Member::Submitted(Prepared::Direct(blind, ids, bytes), lsn) =
+            std::mem::replace(&mut g.members[0], Member::Applied)
+        else {
+            unreachable!("checked by the caller")
+        };
+        if self.unapplied.len() >= MAX_UNAPPLIED_RUNS {
+            self.drain_applies();
+        }
+        let h = g.last.as_ref().expect("a submitted member has a handle");
+        // A failure is `wait`ed for again in `settle`, which fails the
+        // commit; the run is never published then.
+        if h.wait_durable().is_err() {
+            return;
+        }
+        let run = Arc::new(Run::new(blind, ids, lsn));
+        self.applied(&w.base, bytes);
+        self.published.publish_run(Arc::clone(&run));
+        // After publishing: a drain drops the run from the view once it is
+        // in the memtable, which it must be in the view to be dropped from.
+        self.unapplied.push(Arc::clone(&w.base.active), run);
+        #[cfg(test)]
+        if self.faults.hold_runs.load(Ordering::Relaxed) {
+            return;
+        }
+        // The helper is asked once per [`RUNS_PER_WAKE`] runs, and not
+        // again while it drains: it takes whatever is queued meanwhile.
+        let few = self.unapplied.len() < RUNS_PER_WAKE;
+        if few || self.unapplied.posted.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let (unapplied, published) = (Arc::clone(&self.unapplied), Arc::clone(&self.published));
+        if let Some(helper) = &self.helper {
+            helper.chore(move |_| {
+                let drained = panic::catch_unwind(AssertUnwindSafe(|| {
+                    unapplied.drain(|_, run| published.unpublish_run(run.lsn));
+                }));
+                unapplied.posted.store(false, Ordering::Release);
+                if let Err(p) = drained {
+                    // The run stays published, and reads stay right; the
+                    // memtable lacks it, so no writer may go on.
+                    published.set_poison(&format!(
+                        "inserting a commit into the memtable panicked: {}",
+                        super::store::panic_message(p.as_ref())
+                    ));
+                }
+            });
+        }
+    }
+
+    /// Insert every published run into the memtable, in order (see
+    /// `super::pending`): before the writer's memtable is read, changed
+    /// or frozen.
+    pub(crate) fn drain_applies(&self) {
+        let published = &self.published;
+        self.unapplied
+            .drain(|_, run| published.unpublish_run(run.lsn));
+    }
+
     /// Insert the submitted members' changes into the active memtable, in
     /// order, each under its LSN.
     fn apply_members(&self, w: &WriterState, members: &mut [Member]) {
+        // In LSN order: the runs of earlier commits first.
+        self.drain_applies();
         for m in members.iter_mut() {
             if !matches!(m, Member::Submitted(..)) {
                 continue;
@@ -697,6 +780,14 @@ fn tell_all(
     }
     rings.ring(bells);
 }
+
+/// Runs published and not yet in the memtable past which a committer
+/// inserts them itself before its own (`super::pending`).
+const MAX_UNAPPLIED_RUNS: usize = 16;
+
+/// Runs waiting before the helper is asked to insert them: one wake-up of
+/// the helper per this many lone commits instead of one per commit.
+const RUNS_PER_WAKE: usize = 4;
 
 /// A leg of an overlapped commit longer than this is counted as slow.
 const SLOW_LEG_NS: u64 = 1_000_000;

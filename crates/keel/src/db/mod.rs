@@ -39,6 +39,7 @@ mod inspect;
 mod layers;
 pub mod meta;
 mod pagewrite;
+mod pending;
 mod read;
 mod record;
 mod store;
@@ -309,6 +310,15 @@ pub struct Stats {
     /// Applies that ran after the write, not beside it: the helper had not
     /// woken by the time the write was durable.
     pub applied_after_write: u64,
+    /// Lone commits of 16 changes or more (nobody else queued,
+    /// `Durability::Immediate`) that returned once their record was
+    /// durable, published as a sorted run that readers search above the
+    /// memtable, and whose changes the helper thread then inserted into
+    /// the memtable off the commit's path (docs/store.md, "Commits
+    /// published before their insert"): how many were inserted so far.
+    pub run_commits: u64,
+    /// Time their inserts into the memtable took.
+    pub run_apply_ms: f64,
     /// Record bytes committed that no checkpoint covers yet.
     pub uncheckpointed_bytes: u64,
     /// Bytes the memtables hold (an estimate): what was committed since
@@ -434,6 +444,8 @@ impl Database {
             slow_overlapped_writes: c.overlap.slow_writes.load(Ordering::Relaxed),
             slow_overlapped_applies: c.overlap.slow_applies.load(Ordering::Relaxed),
             applied_after_write: c.overlap.applied_after_write.load(Ordering::Relaxed),
+            run_commits: s.unapplied.applied.load(Ordering::Relaxed),
+            run_apply_ms: s.unapplied.apply_ns.load(Ordering::Relaxed) as f64 / 1e6,
             uncheckpointed_bytes: s.bytes_since_checkpoint.load(Ordering::Relaxed),
             dirty_bytes: s.dirty_bytes.load(Ordering::Relaxed),
             memtable_keys: mem.layers().map(|l| l.mem.len()).sum(),

@@ -19,6 +19,7 @@ use std::sync::Arc;
 
 use super::error::{DbError, Result};
 use super::layers::{Base, Found};
+use super::pending::{Run, Runs};
 use super::store::Shared;
 use crate::btree::{Entry, PageCache, Range};
 use crate::journal::Lsn;
@@ -292,13 +293,18 @@ impl<'a> Iter<'a> {
         e: &Bound<Vec<u8>>,
         at: Lsn,
         overlay: Option<&'a Overlay>,
+        runs: &'a [Arc<Run>],
     ) -> Iter<'a> {
-        let mut upper: Vec<LayerScan<'a>> = Vec::with_capacity(3);
+        let mut upper: Vec<LayerScan<'a>> = Vec::with_capacity(3 + runs.len());
         if let Some(o) = overlay {
             upper.push(Box::new(
                 o.range::<[u8], _>((as_ref(s), as_ref(e)))
                     .map(|(k, v)| (k.as_slice(), v.as_deref())),
             ));
+        }
+        // Newer than the memtables, newest first (`super::pending`).
+        for run in runs.iter().rev() {
+            upper.push(Box::new(run.range(as_ref(s), as_ref(e))));
         }
         for r in base.mem_ranges(as_ref(s), as_ref(e), at) {
             upper.push(Box::new(r));
@@ -326,7 +332,15 @@ impl<'a> Iter<'a> {
         }
         Iter {
             reader: Some(txn),
-            ..Iter::new(&txn.base, &txn.shared.cache, s, e, txn.lsn, None)
+            ..Iter::new(
+                &txn.base,
+                &txn.shared.cache,
+                s,
+                e,
+                txn.lsn,
+                None,
+                txn.runs(),
+            )
         }
     }
 
@@ -428,12 +442,20 @@ pub struct ReadTxn {
     shared: Arc<Shared>,
     base: Arc<Base>,
     lsn: Lsn,
+    /// Commits at or below `lsn` not yet in `base`'s memtable when this
+    /// began, oldest first (`super::pending`).
+    runs: Option<Runs>,
 }
 
 impl ReadTxn {
     pub(crate) fn begin(shared: Arc<Shared>) -> ReadTxn {
-        let (base, lsn) = shared.pin();
-        ReadTxn { shared, base, lsn }
+        let (base, lsn, runs) = shared.pin_with_runs();
+        ReadTxn {
+            shared,
+            base,
+            lsn,
+            runs,
+        }
     }
 
     /// Whether this snapshot may still be read (see
@@ -444,10 +466,19 @@ impl ReadTxn {
 
     fn get_full(&self, key: &[u8]) -> Result<Option<Value>> {
         self.live()?;
+        for run in self.runs().iter().rev() {
+            if let Some(v) = run.get(key) {
+                return Ok(Some(Value::owned(Arc::from(v))));
+            }
+        }
         Ok(self
             .base
             .get(&self.shared.cache, key, self.lsn)?
             .map(Value::found))
+    }
+
+    fn runs(&self) -> &[Arc<Run>] {
+        self.runs.as_deref().map_or(&[], Vec::as_slice)
     }
 
     /// The LSN of the commit this snapshot shows (0 before any).

@@ -19,6 +19,7 @@ use super::freelist;
 use super::helper::Helper;
 use super::layers::{Base, Layer};
 use super::meta::{self, Meta, MetaError, PageRef};
+use super::pending::Unapplied;
 use super::record::{self, Op};
 use super::txn::Record;
 use super::view::Published;
@@ -244,6 +245,9 @@ pub(crate) struct Shared {
     /// A second thread for large folds and for freeing replaced bases
     /// (none if it could not be started).
     pub(crate) helper: Option<Helper>,
+    /// Durable commits published as runs, not yet in the memtable
+    /// (`super::pending`).
+    pub(super) unapplied: Arc<Unapplied>,
     /// Faults tests inject into the commit path.
     #[cfg(test)]
     pub(crate) faults: TestFaults,
@@ -256,6 +260,9 @@ pub(crate) struct Shared {
 pub(crate) struct TestFaults {
     /// The next commit's apply panics.
     pub panic_in_apply: std::sync::atomic::AtomicBool,
+    /// Runs published by lone commits are left for writers to insert (the
+    /// helper is not asked to).
+    pub hold_runs: std::sync::atomic::AtomicBool,
     /// The next group told its results panics first.
     pub panic_in_settle: std::sync::atomic::AtomicBool,
     /// The next checkpoint panics at this step (`CKPT_*`; 0: none).
@@ -530,6 +537,7 @@ impl Shared {
             dirty_bytes: AtomicU64::new(0),
             counters: Counters::default(),
             helper: Helper::start().ok(),
+            unapplied: Arc::default(),
             options,
             #[cfg(test)]
             faults: TestFaults::default(),

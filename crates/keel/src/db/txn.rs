@@ -137,6 +137,13 @@ impl Blind {
         (key, value)
     }
 
+    /// Put `i` (in the order made): table index, key, value.
+    pub(crate) fn put(&self, i: usize) -> (usize, &[u8], &[u8]) {
+        let p = &self.puts[i];
+        let (key, value) = self.key_value(p);
+        (p.slot, key, value)
+    }
+
     /// The puts in order: table index, key, value.
     fn puts(&self) -> impl Iterator<Item = (usize, &[u8], &[u8])> + '_ {
         self.puts.iter().map(|p| {
@@ -473,6 +480,9 @@ impl Active {
             &e,
             Lsn::MAX,
             Some(&self.overlay),
+            // The writer's memtable holds every run: taking the slot
+            // drained them.
+            &[],
         )
     }
 

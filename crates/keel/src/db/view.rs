@@ -7,6 +7,7 @@ use std::sync::{Arc, Condvar, Mutex};
 
 use super::error::{DbError, Result};
 use super::layers::{Base, Layer};
+use super::pending::{Run, Runs};
 use super::store::{lock, Shared, WriterState};
 use crate::journal::Lsn;
 
@@ -17,6 +18,9 @@ pub(super) struct View {
     pub base: Arc<Base>,
     pub lsn: Lsn,
     pub readers: BTreeMap<u64, usize>,
+    /// Durable commits published before their changes are in the active
+    /// memtable, oldest first (`None`: none). See `super::pending`.
+    pub runs: Option<Runs>,
     /// Threads in `wait_published` (a publish notifies only then: a
     /// notify nobody waits for is still a futex call, once per commit).
     lsn_waiters: usize,
@@ -57,6 +61,7 @@ impl Published {
                 base,
                 lsn,
                 readers: BTreeMap::new(),
+                runs: None,
                 lsn_waiters: 0,
                 retired: Vec::new(),
             }),
@@ -85,6 +90,30 @@ impl Published {
         }
     }
 
+    /// Publish `run` (durable) and its LSN together: new readers search it
+    /// above the memtable until [`Published::unpublish_run`].
+    pub(super) fn publish_run(&self, run: Arc<Run>) {
+        let mut v = lock(&self.view);
+        let mut runs = v.runs.as_deref().cloned().unwrap_or_default();
+        runs.push(Arc::clone(&run));
+        v.runs = Some(Arc::new(runs));
+        v.lsn = v.lsn.max(run.lsn);
+        let wake = v.lsn_waiters > 0;
+        drop(v);
+        if wake {
+            self.view_cv.notify_all();
+        }
+    }
+
+    /// Stop showing the run of `lsn` to new readers: its changes are in
+    /// the memtable now.
+    pub(super) fn unpublish_run(&self, lsn: Lsn) {
+        let mut v = lock(&self.view);
+        let Some(runs) = &v.runs else { return };
+        let left: Vec<Arc<Run>> = runs.iter().filter(|r| r.lsn != lsn).cloned().collect();
+        v.runs = (!left.is_empty()).then(|| Arc::new(left));
+    }
+
     /// Record the first failure; wake whoever waits for publication.
     pub(super) fn set_poison(&self, why: &str) -> Arc<str> {
         let why: Arc<str> = {
@@ -105,6 +134,15 @@ impl Shared {
         let (base, lsn) = (Arc::clone(&v.base), v.lsn);
         *v.readers.entry(base.gen).or_insert(0) += 1;
         (base, lsn)
+    }
+
+    /// The published snapshot with the runs not yet in its memtable, held
+    /// as [`Self::pin`] does.
+    pub(crate) fn pin_with_runs(&self) -> (Arc<Base>, Lsn, Option<Runs>) {
+        let mut v = lock(&self.published.view);
+        let (base, lsn, runs) = (Arc::clone(&v.base), v.lsn, v.runs.clone());
+        *v.readers.entry(base.gen).or_insert(0) += 1;
+        (base, lsn, runs)
     }
 
     /// Whether a read transaction on a base of generation `gen` may still

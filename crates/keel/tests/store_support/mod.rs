@@ -12,7 +12,7 @@ use std::ops::Bound;
 use std::path::Path;
 use std::sync::Arc;
 
-use keel::db::{Builder, Database, DbError, Durability, ReadTxn};
+use keel::db::{Builder, Database, DbError, Durability, ReadTxn, WriteTxn};
 use keel::io::Vfs;
 use keel::journal::JournalOptions;
 use rand::rngs::SmallRng;
@@ -148,6 +148,19 @@ pub fn random_txn(
         Err(_) => return Ok(Outcome::Refused),
     };
     w.set_durability(durability);
+    // One in eight: puts only, 16 or more (a blind transaction that a lone
+    // committer publishes as a run before the helper inserts it).
+    if rng.random_ratio(1, 8) {
+        let name = TABLES[rng.random_range(0..TABLES.len())];
+        for _ in 0..rng.random_range(16..60) {
+            let mut t = change!(w.open_table(name));
+            let k = key(rng.random_range(0..key_space));
+            let v = value(rng);
+            change!(t.insert(&k, &v));
+            m.entry(name.to_string()).or_default().insert(k, v);
+        }
+        return finish(w, m, rng);
+    }
     let n_ops = if rng.random_ratio(1, 10) {
         rng.random_range(20..80)
     } else {
@@ -250,6 +263,11 @@ pub fn random_txn(
             }
         }
     }
+    finish(w, m, rng)
+}
+
+/// Abort one transaction in twelve, else commit it: `m` is its model.
+fn finish(w: WriteTxn, m: Tables, rng: &mut SmallRng) -> Result<Outcome, String> {
     if rng.random_ratio(1, 12) {
         w.abort();
         return Ok(Outcome::Aborted);

@@ -184,6 +184,14 @@ fn stats_json(before: &Stats, after: &Stats) -> serde_json::Value {
         "cache_misses": after.cache.misses - before.cache.misses,
         "cache_evictions": after.cache.evictions - before.cache.evictions,
         "overlap": overlap_json(before, after),
+        "runs": {
+            "commits": after.run_commits - before.run_commits,
+            "apply_us_per_commit": round(
+                (after.run_apply_ms - before.run_apply_ms) * 1e3
+                    / (after.run_commits - before.run_commits).max(1) as f64,
+                1
+            ),
+        },
     })
 }
 

@@ -1,0 +1,194 @@
+//! Commits that are durable and visible but not yet in the memtable.
+//!
+//! Why: a lone transaction of many puts (w3: 100 random puts) used to be
+//! inserted into the memtable by the helper thread while the committer
+//! wrote its record, and the commit waited for both. On these 2-vCPU VMs
+//! the helper often woke late (an idle vCPU halts, and waking it takes
+//! the hypervisor tens of µs), so the committer waited for the insert
+//! after its write was durable (1,200 of 10,000 w3 commits in one run;
+//! docs/bench-commit.md). Now such a commit, once durable, is published
+//! as a [`Run`] — its puts sorted by key, searched by readers above the
+//! memtable — and returns; the helper inserts the run into the memtable
+//! afterwards, off every commit's path, and then drops it from the view.
+//!
+//! Order: runs are inserted in LSN order, one at a time under
+//! [`Unapplied::order`], by whichever thread drains them: the helper, or a
+//! writer that needs the memtable complete (before it applies, replays or
+//! freezes; see `Shared::drain_applies`). A run stays in the published
+//! view until it is in the memtable, so every version at or below a
+//! reader's snapshot is in a run the reader holds or in the memtable.
+
+use std::collections::VecDeque;
+use std::ops::Bound;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use super::layers::Layer;
+use super::txn::Blind;
+use crate::journal::Lsn;
+
+/// Runs published together, oldest first.
+pub(crate) type Runs = Arc<Vec<Arc<Run>>>;
+
+/// One committed blind transaction's puts, sorted by full key (a key put
+/// twice keeps its later value).
+#[derive(Debug)]
+pub(crate) struct Run {
+    pub lsn: Lsn,
+    blind: Blind,
+    ids: Vec<u32>,
+    /// The full keys (table id, then key), one after the other.
+    keys: Vec<u8>,
+    /// In key order: where each key is in `keys`, its length, and the put
+    /// in `blind` it comes from.
+    sorted: Vec<(u32, u32, u32)>,
+}
+
+impl Run {
+    /// The run of `blind`'s puts (tables resolved to `ids`), committed at
+    /// `lsn`.
+    pub(crate) fn new(blind: Blind, ids: Vec<u32>, lsn: Lsn) -> Run {
+        let n = blind.len();
+        let mut keys = Vec::with_capacity(n * 24);
+        let mut sorted = Vec::with_capacity(n);
+        for i in 0..n {
+            let (slot, key, _) = blind.put(i);
+            let at = keys.len();
+            keys.extend_from_slice(&ids[slot].to_be_bytes());
+            keys.extend_from_slice(key);
+            // Keys are at most a page long and a record at most a segment:
+            // both fit in 32 bits (checked, not assumed).
+            let at = u32::try_from(at).expect("a run's keys fit 4 GiB");
+            let len = u32::try_from(keys.len()).expect("as above") - at;
+            sorted.push((at, len, i as u32));
+        }
+        let key = |&(at, len, _): &(u32, u32, u32)| &keys[at as usize..(at + len) as usize];
+        // Stable: a key's puts stay in the order they were made.
+        sorted.sort_by(|a, b| key(a).cmp(key(b)));
+        // Keep the last put of each key.
+        let mut kept: Vec<(u32, u32, u32)> = Vec::with_capacity(sorted.len());
+        for e in sorted {
+            match kept.last_mut() {
+                Some(last) if key(last) == key(&e) => *last = e,
+                _ => kept.push(e),
+            }
+        }
+        Run {
+            lsn,
+            blind,
+            ids,
+            keys,
+            sorted: kept,
+        }
+    }
+
+    fn key_of(&self, &(at, len, _): &(u32, u32, u32)) -> &[u8] {
+        &self.keys[at as usize..(at + len) as usize]
+    }
+
+    fn key(&self, i: usize) -> &[u8] {
+        self.key_of(&self.sorted[i])
+    }
+
+    fn value(&self, i: usize) -> &[u8] {
+        self.blind.put(self.sorted[i].2 as usize).2
+    }
+
+    /// How many of the sorted keys are below `b` (or equal to it, with
+    /// `inclusive`).
+    fn count_below(&self, b: &[u8], inclusive: bool) -> usize {
+        self.sorted.partition_point(|e| {
+            let k = self.key_of(e);
+            k < b || (inclusive && k == b)
+        })
+    }
+
+    /// The value this run puts for `key` (a full key), if it puts one.
+    pub(crate) fn get(&self, key: &[u8]) -> Option<&[u8]> {
+        let i = self.count_below(key, false);
+        (i < self.sorted.len() && self.key(i) == key).then(|| self.value(i))
+    }
+
+    /// The run's puts from `start` to `end`, in key order.
+    pub(crate) fn range<'a>(
+        &'a self,
+        start: Bound<&[u8]>,
+        end: Bound<&[u8]>,
+    ) -> impl Iterator<Item = (&'a [u8], Option<&'a [u8]>)> + 'a {
+        let from = match start {
+            Bound::Unbounded => 0,
+            Bound::Included(s) => self.count_below(s, false),
+            Bound::Excluded(s) => self.count_below(s, true),
+        };
+        let to = match end {
+            Bound::Unbounded => self.sorted.len(),
+            Bound::Included(e) => self.count_below(e, true),
+            Bound::Excluded(e) => self.count_below(e, false),
+        };
+        (from..to.max(from)).map(move |i| (self.key(i), Some(self.value(i))))
+    }
+
+    /// Insert the run's puts into `layer`'s memtable under its LSN.
+    fn apply(&self, layer: &Layer) {
+        self.blind.apply_direct(layer, &self.ids, self.lsn);
+    }
+}
+
+/// The runs published and not yet inserted, oldest first, each with the
+/// memtable it goes into (the active one when it was committed: a freeze
+/// drains them first, so that is still the active one when it is
+/// inserted).
+#[derive(Debug, Default)]
+pub(crate) struct Unapplied {
+    queue: Mutex<VecDeque<(Arc<Layer>, Arc<Run>)>>,
+    /// Held while a run is taken and inserted: runs go in in LSN order.
+    order: Mutex<()>,
+    /// Runs queued and not yet inserted (read without a lock).
+    count: AtomicUsize,
+    /// The helper has been asked to drain and has not finished.
+    pub posted: AtomicBool,
+    /// Runs inserted, and the nanoseconds their inserts took.
+    pub applied: AtomicU64,
+    pub apply_ns: AtomicU64,
+}
+
+impl Unapplied {
+    /// Runs not yet inserted.
+    pub(crate) fn len(&self) -> usize {
+        self.count.load(Ordering::Acquire)
+    }
+
+    pub(crate) fn push(&self, layer: Arc<Layer>, run: Arc<Run>) {
+        let mut q = self.queue.lock().unwrap_or_else(|e| e.into_inner());
+        q.push_back((layer, run));
+        self.count.fetch_add(1, Ordering::Release);
+    }
+
+    /// Insert every queued run into its memtable, in order; `done` runs
+    /// after each (to drop it from the view and count it).
+    pub(crate) fn drain(&self, mut done: impl FnMut(&Layer, &Run)) {
+        if self.len() == 0 {
+            return;
+        }
+        let _order = self.order.lock().unwrap_or_else(|e| e.into_inner());
+        loop {
+            let next = {
+                let q = self.queue.lock().unwrap_or_else(|e| e.into_inner());
+                q.front().cloned()
+            };
+            let Some((layer, run)) = next else { return };
+            let started = Instant::now();
+            run.apply(&layer);
+            let ns = started.elapsed().as_nanos().try_into().unwrap_or(u64::MAX);
+            self.apply_ns.fetch_add(ns, Ordering::Relaxed);
+            self.applied.fetch_add(1, Ordering::Relaxed);
+            done(&layer, &run);
+            self.queue
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .pop_front();
+            self.count.fetch_sub(1, Ordering::Release);
+        }
+    }
+}
