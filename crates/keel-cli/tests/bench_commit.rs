@@ -533,18 +533,17 @@ fn bench_store_quick_reports_targets() {
     let w3 = &rows[0];
     assert!(w3["store_median"].as_f64().unwrap() > 0.0, "{w3}");
     assert!(w3["steal_ms"].as_f64().is_some(), "{w3}");
-    // Lone transactions of 100 puts: their write and apply overlap (unless
-    // the helper was busy with a chore when one was posted).
-    let overlapped = w3["overlap"]["commits"].as_u64().unwrap();
-    assert!((1..=500).contains(&overlapped), "{w3}");
+    // Lone `Immediate` transactions of 100 puts: published as runs,
+    // inserted by the helper afterwards (all of them by the time the run
+    // ends: its `close` inserts those still waiting, but after the counts
+    // are taken, so up to 16 may be missing); none overlapped.
+    let inserted = w3["runs"]["commits"].as_u64().unwrap();
+    assert!((400..=500).contains(&inserted), "{w3}");
     assert!(
-        w3["overlap"]["write_us_per_commit"].as_f64().unwrap() > 0.0,
+        w3["runs"]["apply_us_per_commit"].as_f64().unwrap() > 0.0,
         "{w3}"
     );
-    assert!(
-        w3["overlap"]["apply_us_per_commit"].as_f64().unwrap() > 0.0,
-        "{w3}"
-    );
+    assert_eq!(w3["overlap"]["commits"].as_u64().unwrap(), 0, "{w3}");
     for reference in ["raw", "journal"] {
         let r = &w3["references"][reference];
         let expected = w3["store_median"].as_f64().unwrap() / r["median"].as_f64().unwrap();
@@ -574,7 +573,7 @@ fn bench_store_quick_reports_targets() {
     assert!(table.contains("steal ms"), "{table}");
     assert!(table.contains("store / raw ≥ 0.8"), "{table}");
     assert!(
-        table.contains("wrote their record while the helper applied"),
+        table.contains("published as sorted runs, and were inserted into the memtable"),
         "{table}"
     );
     let out = keel()

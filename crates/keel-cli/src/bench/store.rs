@@ -362,6 +362,7 @@ fn summary_row(
         "context_switches_per_commit": info["context_switches_per_commit"].clone(),
         "checkpoints": info["checkpoints"].clone(),
         "overlap": info["overlap"].clone(),
+        "runs": info["runs"].clone(),
     })
 }
 
