@@ -5,8 +5,10 @@
 //! wrote its record, and the commit waited for both. On these 2-vCPU VMs
 //! the helper often woke late (an idle vCPU halts, and waking it takes
 //! the hypervisor tens of µs), so the committer waited for the insert
-//! after its write was durable (1,200 of 10,000 w3 commits in one run;
-//! docs/bench-commit.md). Now such a commit, once durable, is published
+//! after its write was durable (1,200 of 10,000 w3 commits in one `keel
+//! bench store` run), and every commit paid the helper's wake-up and
+//! sleep (docs/bench-commit.md, "Commits published before their
+//! insert"). Now such a commit, once durable, is published
 //! as a [`Run`] — its puts sorted by key, searched by readers above the
 //! memtable — and returns; the helper inserts the run into the memtable
 //! afterwards, off every commit's path, and then drops it from the view.

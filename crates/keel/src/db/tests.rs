@@ -910,6 +910,13 @@ fn readers_see_commits_published_before_their_insert() {
         let want: Vec<(String, String)> = model.clone().into_iter().collect();
         assert_eq!(all, want);
         assert_eq!(t.range("k010".."k020").count(), 10);
+        let (above, through) = (
+            std::ops::Bound::Excluded("k010"),
+            std::ops::Bound::Included("k020"),
+        );
+        assert_eq!(t.range((above, through)).count(), 10);
+        assert_eq!(t.range(.."k005").count(), 5);
+        assert_eq!(t.range(..="k005").count(), 6);
         assert_eq!(t.prefix("k05").count(), 10);
         for (k, v) in &model {
             assert_eq!(t.get(k).unwrap().as_deref(), Some(v.as_bytes()), "{k}");
