@@ -105,6 +105,16 @@ impl Blind {
         self.tables.is_empty() && self.puts.is_empty()
     }
 
+    /// A blind transaction of `puts` (table index, key, value), for tests.
+    #[cfg(test)]
+    pub(crate) fn of_puts(puts: &[(usize, &[u8], &[u8])]) -> Blind {
+        let mut b = Blind::new();
+        for &(slot, key, value) in puts {
+            b.push(slot, key, value);
+        }
+        b
+    }
+
     /// Puts made.
     pub(crate) fn len(&self) -> usize {
         self.puts.len()
