@@ -23,7 +23,7 @@
 use std::collections::VecDeque;
 use std::ops::Bound;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Instant;
 
 use super::layers::Layer;
@@ -33,17 +33,29 @@ use crate::journal::Lsn;
 /// Runs published together, oldest first.
 pub(crate) type Runs = Arc<Vec<Arc<Run>>>;
 
-/// One committed blind transaction's puts, sorted by full key (a key put
-/// twice keeps its later value).
+/// One committed blind transaction's puts: searched by readers in key
+/// order (a key put twice keeps its later value), inserted into the
+/// memtable in the order they were made.
+///
+/// The sorted index is built by the first reader that needs it, not by
+/// the committer: most runs are inserted before anyone reads them (w3
+/// has no readers), and sorting on the commit's path cost the committer
+/// a few µs per transaction of 100 puts.
 #[derive(Debug)]
 pub(crate) struct Run {
     pub lsn: Lsn,
     blind: Blind,
     ids: Vec<u32>,
+    sorted: OnceLock<Sorted>,
+}
+
+/// A run's keys in order.
+#[derive(Debug)]
+struct Sorted {
     /// The full keys (table id, then key), one after the other.
     keys: Vec<u8>,
     /// In key order, each key once (its last put).
-    sorted: Vec<Slot>,
+    slots: Vec<Slot>,
 }
 
 /// A key of a run: its first [`HEAD_BYTES`] bytes as a number (compared
@@ -75,13 +87,12 @@ fn head(key: &[u8]) -> u128 {
     u128::from_be_bytes(b)
 }
 
-impl Run {
-    /// The run of `blind`'s puts (tables resolved to `ids`), committed at
-    /// `lsn`.
-    pub(crate) fn new(blind: Blind, ids: Vec<u32>, lsn: Lsn) -> Run {
+impl Sorted {
+    /// The index of `blind`'s puts (tables resolved to `ids`).
+    fn of(blind: &Blind, ids: &[u32]) -> Sorted {
         let n = blind.len();
         let mut keys = Vec::with_capacity(n * 24);
-        let mut sorted = Vec::with_capacity(n);
+        let mut slots = Vec::with_capacity(n);
         for i in 0..n {
             let (slot, key, _) = blind.put(i);
             let at = keys.len();
@@ -93,63 +104,73 @@ impl Run {
             let len = u32::try_from(keys.len()).expect("as above") - at;
             let put = u32::try_from(i).expect("as above");
             let head = head(&keys[at as usize..]);
-            sorted.push(Slot { head, at, len, put });
+            slots.push(Slot { head, at, len, put });
         }
         let key = |s: &Slot| &keys[s.at as usize..(s.at + s.len) as usize];
         // By key, then in the order the puts were made.
-        sorted.sort_unstable_by(|a, b| {
+        slots.sort_unstable_by(|a, b| {
             a.head
                 .cmp(&b.head)
                 .then_with(|| key(a).cmp(key(b)))
                 .then(a.put.cmp(&b.put))
         });
         // Keep the last put of each key.
-        let mut kept: Vec<Slot> = Vec::with_capacity(sorted.len());
-        for e in sorted {
+        let mut kept: Vec<Slot> = Vec::with_capacity(slots.len());
+        for e in slots {
             match kept.last_mut() {
                 Some(last) if last.head == e.head && key(last) == key(&e) => *last = e,
                 _ => kept.push(e),
             }
         }
-        Run {
-            lsn,
-            blind,
-            ids,
-            keys,
-            sorted: kept,
-        }
-    }
-
-    fn key_of(&self, s: &Slot) -> &[u8] {
-        &self.keys[s.at as usize..(s.at + s.len) as usize]
+        Sorted { keys, slots: kept }
     }
 
     fn key(&self, i: usize) -> &[u8] {
-        self.key_of(&self.sorted[i])
+        let s = &self.slots[i];
+        &self.keys[s.at as usize..(s.at + s.len) as usize]
     }
 
-    fn value(&self, i: usize) -> &[u8] {
-        self.blind.put(self.sorted[i].put as usize).2
-    }
-
-    /// How many of the sorted keys are below `b` (or equal to it, with
+    /// How many of the keys are below `b` (or equal to it, with
     /// `inclusive`).
     fn count_below(&self, b: &[u8], inclusive: bool) -> usize {
         let h = head(b);
-        self.sorted.partition_point(|e| match e.head.cmp(&h) {
+        self.slots.partition_point(|e| match e.head.cmp(&h) {
             std::cmp::Ordering::Less => true,
             std::cmp::Ordering::Greater => false,
             std::cmp::Ordering::Equal => {
-                let k = self.key_of(e);
+                let k = &self.keys[e.at as usize..(e.at + e.len) as usize];
                 k < b || (inclusive && k == b)
             }
         })
     }
+}
+
+impl Run {
+    /// The run of `blind`'s puts (tables resolved to `ids`), committed at
+    /// `lsn`. Costs nothing: see [`Run`].
+    pub(crate) fn new(blind: Blind, ids: Vec<u32>, lsn: Lsn) -> Run {
+        Run {
+            lsn,
+            blind,
+            ids,
+            sorted: OnceLock::new(),
+        }
+    }
+
+    fn sorted(&self) -> &Sorted {
+        self.sorted
+            .get_or_init(|| Sorted::of(&self.blind, &self.ids))
+    }
+
+    fn value(&self, i: usize) -> &[u8] {
+        self.blind.put(self.sorted().slots[i].put as usize).2
+    }
 
     /// The value this run puts for `key` (a full key), if it puts one.
     pub(crate) fn get(&self, key: &[u8]) -> Option<&[u8]> {
-        let i = self.count_below(key, false);
-        (i < self.sorted.len() && self.key(i) == key).then(|| self.value(i))
+        let sorted = self.sorted();
+        let i = sorted.count_below(key, false);
+        (i < sorted.slots.len() && sorted.key(i) == key).then(|| self.value(i))
     }
 
     /// The run's puts from `start` to `end`, in key order.
@@ -158,17 +179,18 @@ impl Run {
         start: Bound<&[u8]>,
         end: Bound<&[u8]>,
     ) -> impl Iterator<Item = (&'a [u8], Option<&'a [u8]>)> + 'a {
+        let sorted = self.sorted();
         let from = match start {
             Bound::Unbounded => 0,
-            Bound::Included(s) => self.count_below(s, false),
-            Bound::Excluded(s) => self.count_below(s, true),
+            Bound::Included(s) => sorted.count_below(s, false),
+            Bound::Excluded(s) => sorted.count_below(s, true),
         };
         let to = match end {
-            Bound::Unbounded => self.sorted.len(),
-            Bound::Included(e) => self.count_below(e, true),
-            Bound::Excluded(e) => self.count_below(e, false),
+            Bound::Unbounded => sorted.slots.len(),
+            Bound::Included(e) => sorted.count_below(e, true),
+            Bound::Excluded(e) => sorted.count_below(e, false),
         };
-        (from..to.max(from)).map(move |i| (self.key(i), Some(self.value(i))))
+        (from..to.max(from)).map(move |i| (sorted.key(i), Some(self.value(i))))
     }
 
     /// Insert the run's puts into `layer`'s memtable under its LSN.
