@@ -573,7 +573,7 @@ fn bench_store_quick_reports_targets() {
     assert!(table.contains("steal ms"), "{table}");
     assert!(table.contains("store / raw ≥ 0.8"), "{table}");
     assert!(
-        table.contains("published as sorted runs, and were inserted into the memtable"),
+        table.contains("published as runs that readers search, and were inserted"),
         "{table}"
     );
     let out = keel()

@@ -394,8 +394,8 @@ fn legs_lines(rows: &[serde_json::Value]) -> String {
         if runs["commits"].as_u64().unwrap_or(0) > 0 {
             out += &format!(
                 "\n{} T={}, the store's median run: {} commits returned once durable, published \
-                 as sorted runs, and were inserted into the memtable by the helper afterwards \
-                 ({} µs per commit).\n",
+                 as runs that readers search, and were inserted into the memtable by the helper \
+                 afterwards ({} µs per commit).\n",
                 r["workload"].as_str().unwrap_or("?"),
                 r["threads"],
                 runs["commits"],
