@@ -489,7 +489,7 @@ impl Shared {
         blind: Blind,
         record_buf: &mut Vec<u8>,
     ) -> Result<Option<(Prepared, std::result::Result<CommitHandle, JournalError>)>> {
-        if let Some((ids, rec)) = blind.encode_direct(self, &w.base, record_buf)? {
+        if let Some((ids, rec)) = blind.encode_direct(self, w, record_buf)? {
             let bytes = rec.len();
             let submitted = self.journal.submit_parts(&rec.parts());
             *record_buf = rec.into_buf();
@@ -656,6 +656,7 @@ impl Shared {
             };
             match p {
                 Prepared::Replayed(a) => {
+                    w.forget_table_ids();
                     w.base.active.apply(&a.ops(), lsn);
                     self.applied(&w.base, a.size());
                 }

@@ -78,6 +78,13 @@ pub(crate) struct WriterState {
     /// and the kernel zeroing it was a tenth of w1's time (perf,
     /// 2026-11-23). See [`WriterState::recycle`].
     pub record_buf: Vec<u8>,
+    /// Table ids blind transactions looked up in the catalog, kept while
+    /// only blind transactions straight from their puts commit (they never
+    /// change the catalog): [`WriterState::forget_table_ids`] before
+    /// applying anything else. Why: with 64 committers (w2) each record of
+    /// a group looked its table up again, a memtable search and three
+    /// allocations on the leader's serial path.
+    pub table_ids: Mutex<Vec<(Box<str>, u32)>>,
 }
 
 /// A record buffer larger than this is not kept for the next commit.
@@ -89,7 +96,14 @@ impl WriterState {
             base,
             last_lsn,
             record_buf: Vec::new(),
+            table_ids: Mutex::new(Vec::new()),
         }
+    }
+
+    /// Forget the table ids kept (see [`WriterState::table_ids`]): the
+    /// catalog may change.
+    pub(crate) fn forget_table_ids(&self) {
+        lock(&self.table_ids).clear();
     }
 
     /// Keep `buf` (emptied) for the next commit's record, unless a large
@@ -704,6 +718,7 @@ impl Shared {
         let lsn = handle.lsn();
         // Invisible to readers until `lsn` is published.
         let applied = panic::catch_unwind(AssertUnwindSafe(|| {
+            w.forget_table_ids();
             w.base.active.apply(ops, lsn);
             self.applied(&w.base, record_bytes);
         }));

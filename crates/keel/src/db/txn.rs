@@ -18,7 +18,7 @@ use super::read::{
     set_full_key, table_bounds, Iter, KeyRange, Overlay, Value, CATALOG, PREFIX,
 };
 use super::record::{self, Op, DELETE_FIXED_BYTES, DROP_BYTES, PUT_FIXED_BYTES, RECORD_TXN};
-use super::store::{Shared, WriterState, KEEP_RECORD_BUF_BYTES};
+use super::store::{lock, Shared, WriterState, KEEP_RECORD_BUF_BYTES};
 use super::Durability;
 use crate::btree::MAX_VALUE_BYTES;
 use crate::journal::Lsn;
@@ -190,19 +190,35 @@ impl Blind {
     pub(crate) fn encode_direct(
         &self,
         shared: &Shared,
-        base: &Base,
+        w: &WriterState,
         buf: &mut Vec<u8>,
     ) -> Result<Option<(Vec<u32>, Record<'_>)>> {
         if self.puts.is_empty() || self.bound > shared.journal.options().max_record_bytes() {
             return Ok(None);
         }
         let mut ids = Vec::with_capacity(self.tables.len());
+        let mut known = lock(&w.table_ids);
         for name in &self.tables {
-            match base.get(&shared.cache, &full_key(CATALOG, name.as_bytes()), Lsn::MAX)? {
-                Some(found) => ids.push(decode_id(&shared.path, &Value::found(found))?),
+            if let Some(&(_, id)) = known.iter().find(|(n, _)| **n == **name) {
+                ids.push(id);
+                continue;
+            }
+            let catalog_key = full_key(CATALOG, name.as_bytes());
+            match w.base.get(&shared.cache, &catalog_key, Lsn::MAX)? {
+                Some(found) => {
+                    let id = decode_id(&shared.path, &Value::found(found))?;
+                    // A few tables at most are in use at once; a store
+                    // with many keeps the last few dozen.
+                    if known.len() >= KEEP_TABLE_IDS {
+                        known.remove(0);
+                    }
+                    known.push((name.as_str().into(), id));
+                    ids.push(id);
+                }
                 None => return Ok(None),
             }
         }
+        drop(known);
         let mut buf = std::mem::take(buf);
         buf.clear();
         buf.reserve(self.bound.min(KEEP_RECORD_BUF_BYTES));
@@ -241,6 +257,10 @@ impl Blind {
 fn create_table_bytes(name: &str) -> usize {
     2 * (PUT_FIXED_BYTES + PREFIX + 4) + name.len()
 }
+
+/// Table ids a writer keeps for blind transactions (see
+/// `WriterState::table_ids`).
+const KEEP_TABLE_IDS: usize = 32;
 
 /// Values at least this large are not copied into a record's buffer: the
 /// journal gathers them from the transaction (`Journal::submit_parts`).
