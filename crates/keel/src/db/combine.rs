@@ -518,7 +518,10 @@ impl Shared {
     /// Get the group's records written and its changes applied, overlapped
     /// where that pays:
     ///
-    /// - A lone large transaction (nobody queued) with the helper free:
+    /// - A lone large `Immediate` transaction straight from its puts: its
+    ///   record is written, then it is published as a run and the helper
+    ///   inserts it later ([`Self::write_then_publish_run`]).
+    /// - Another lone large transaction (nobody queued) with the helper free:
     ///   this thread writes the records itself (the journal's lone
     ///   committer path) while the helper applies, and the slot is held
     ///   until both are done. The helper's wake-up hides behind the write,

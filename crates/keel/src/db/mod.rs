@@ -294,7 +294,8 @@ pub struct Stats {
     /// Lone commits of 16 changes or more (nobody else queued) whose
     /// journal write, on the committing thread, and apply to the memtable,
     /// on the store's helper thread, ran side by side: the commit path of
-    /// a single writer of large transactions. The fields below split their
+    /// a single writer of large transactions that are `Eventual`, read, or
+    /// create a table (the others are counted in `run_commits`). The fields below split their
     /// time, to tell which leg a slow commit waited on.
     pub overlapped_commits: u64,
     /// Time their writes took: from the committer starting the journal's
