@@ -82,7 +82,13 @@ fn child_main(dir: &Path) {
             s.spawn(move || {
                 let mut rng = SmallRng::seed_from_u64(base ^ t as u64);
                 for c in base.. {
-                    let keys = rng.random_range(1..6);
+                    // One in six: 16 puts or more, which a lone committer
+                    // publishes as a run before the helper inserts it.
+                    let keys = if rng.random_ratio(1, 6) {
+                        rng.random_range(16..40)
+                    } else {
+                        rng.random_range(1..6)
+                    };
                     let mut w = db.begin_write().unwrap();
                     {
                         let mut tab = w.open_table("kv").unwrap();
