@@ -535,4 +535,6 @@ pub struct Limits {
 }
 
 #[cfg(test)]
+mod run_tests;
+#[cfg(test)]
 mod tests;
