@@ -580,8 +580,8 @@ impl Shared {
     }
 
     /// A lone `Immediate` transaction straight from its puts: write its
-    /// record on this thread; once durable, publish it as a sorted run
-    /// (readers search it above the memtable) and hand its insert into
+    /// record on this thread; once durable, publish it as a run (readers
+    /// search it in key order above the memtable) and hand its insert into
     /// the memtable to the helper, which nobody waits for. See
     /// `super::pending` for why, and for the order of inserts. More than
     /// [`MAX_UNAPPLIED_RUNS`] runs waiting: this thread inserts them
@@ -620,9 +620,7 @@ impl Shared {
         let (unapplied, published) = (Arc::clone(&self.unapplied), Arc::clone(&self.published));
         if let Some(helper) = &self.helper {
             helper.chore(move |_| {
-                let drained = panic::catch_unwind(AssertUnwindSafe(|| {
-                    unapplied.drain(|_, run| published.unpublish_run(run.lsn));
-                }));
+                let drained = panic::catch_unwind(AssertUnwindSafe(|| unapplied.drain(&published)));
                 unapplied.posted.store(false, Ordering::Release);
                 if let Err(p) = drained {
                     // The run stays published, and reads stay right; the
@@ -640,9 +638,7 @@ impl Shared {
     /// `super::pending`): before the writer's memtable is read, changed
     /// or frozen.
     pub(crate) fn drain_applies(&self) {
-        let published = &self.published;
-        self.unapplied
-            .drain(|_, run| published.unpublish_run(run.lsn));
+        self.unapplied.drain(&self.published);
     }
 
     /// Insert the submitted members' changes into the active memtable, in

@@ -295,8 +295,9 @@ pub struct Stats {
     /// journal write, on the committing thread, and apply to the memtable,
     /// on the store's helper thread, ran side by side: the commit path of
     /// a single writer of large transactions that are `Eventual`, read, or
-    /// create a table (the others are counted in `run_commits`). The fields below split their
-    /// time, to tell which leg a slow commit waited on.
+    /// create a table (the others are counted in `run_commits`). The
+    /// fields below split their time, to tell which leg a slow commit
+    /// waited on.
     pub overlapped_commits: u64,
     /// Time their writes took: from the committer starting the journal's
     /// write until the record was durable.
@@ -313,10 +314,10 @@ pub struct Stats {
     pub applied_after_write: u64,
     /// Lone commits of 16 changes or more (nobody else queued,
     /// `Durability::Immediate`) that returned once their record was
-    /// durable, published as a sorted run that readers search above the
+    /// durable, published as a run that readers search above the
     /// memtable, and whose changes the helper thread then inserted into
-    /// the memtable off the commit's path (docs/store.md, "Commits
-    /// published before their insert"): how many were inserted so far.
+    /// the memtable off the commit's path (docs/store.md, "Write
+    /// transactions and tables"): how many were inserted so far.
     pub run_commits: u64,
     /// Time their inserts into the memtable took.
     pub run_apply_ms: f64,

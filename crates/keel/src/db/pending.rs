@@ -9,7 +9,7 @@
 //! bench store` run), and every commit paid the helper's wake-up and
 //! sleep (docs/bench-commit.md, "Commits published before their
 //! insert"). Now such a commit, once durable, is published
-//! as a [`Run`] — its puts sorted by key, searched by readers above the
+//! as a [`Run`] — its puts, which readers search in key order above the
 //! memtable — and returns; the helper inserts the run into the memtable
 //! afterwards, off every commit's path, and then drops it from the view.
 //!
@@ -28,6 +28,7 @@ use std::time::Instant;
 
 use super::layers::Layer;
 use super::txn::Blind;
+use super::view::Published;
 use crate::journal::Lsn;
 
 /// Runs published together, oldest first.
@@ -80,6 +81,11 @@ const HEAD_BYTES: usize = 16;
 /// `key`'s first [`HEAD_BYTES`] bytes, zero-padded, as a big-endian
 /// number: heads that differ order their keys as the keys' bytes do (a
 /// key shorter than the head sorts before a longer one it starts).
+/// The bytes of `slot`'s key in `keys`.
+fn slot_key<'k>(keys: &'k [u8], slot: &Slot) -> &'k [u8] {
+    &keys[slot.at as usize..(slot.at + slot.len) as usize]
+}
+
 fn head(key: &[u8]) -> u128 {
     let mut b = [0u8; HEAD_BYTES];
     let n = key.len().min(HEAD_BYTES);
@@ -106,7 +112,7 @@ impl Sorted {
             let head = head(&keys[at as usize..]);
             slots.push(Slot { head, at, len, put });
         }
-        let key = |s: &Slot| &keys[s.at as usize..(s.at + s.len) as usize];
+        let key = |s: &Slot| slot_key(&keys, s);
         // By key, then in the order the puts were made.
         slots.sort_unstable_by(|a, b| {
             a.head
@@ -126,8 +132,7 @@ impl Sorted {
     }
 
     fn key(&self, i: usize) -> &[u8] {
-        let s = &self.slots[i];
-        &self.keys[s.at as usize..(s.at + s.len) as usize]
+        slot_key(&self.keys, &self.slots[i])
     }
 
     /// How many of the keys are below `b` (or equal to it, with
@@ -138,7 +143,7 @@ impl Sorted {
             std::cmp::Ordering::Less => true,
             std::cmp::Ordering::Greater => false,
             std::cmp::Ordering::Equal => {
-                let k = &self.keys[e.at as usize..(e.at + e.len) as usize];
+                let k = slot_key(&self.keys, e);
                 k < b || (inclusive && k == b)
             }
         })
@@ -229,9 +234,9 @@ impl Unapplied {
         self.count.fetch_add(1, Ordering::Release);
     }
 
-    /// Insert every queued run into its memtable, in order; `done` runs
-    /// after each (to drop it from the view and count it).
-    pub(crate) fn drain(&self, mut done: impl FnMut(&Layer, &Run)) {
+    /// Insert every queued run into its memtable, in order, dropping each
+    /// from `published`'s view once it is in.
+    pub(crate) fn drain(&self, published: &Published) {
         if self.len() == 0 {
             return;
         }
@@ -247,7 +252,7 @@ impl Unapplied {
             let ns = started.elapsed().as_nanos().try_into().unwrap_or(u64::MAX);
             self.apply_ns.fetch_add(ns, Ordering::Relaxed);
             self.applied.fetch_add(1, Ordering::Relaxed);
-            done(&layer, &run);
+            published.unpublish_run(run.lsn);
             self.queue
                 .lock()
                 .unwrap_or_else(|e| e.into_inner())

@@ -2,6 +2,8 @@
 //! (`super::pending`) and of the table ids a writer keeps for blind
 //! transactions.
 
+use std::collections::BTreeMap;
+use std::ops::Bound;
 use std::path::Path;
 use std::sync::atomic::Ordering::Relaxed;
 
@@ -71,8 +73,27 @@ fn readers_see_commits_published_before_their_insert() {
         );
     }
     assert_eq!(db.stats().run_commits, 0, "the runs are not inserted yet");
-    // The model: the newest put of each key.
-    let mut model = std::collections::BTreeMap::new();
+    let model = model_of_three_runs();
+    assert_reads(&db, &model);
+    // A writer that reads takes the slot, which inserts the runs first.
+    let mut w = db.begin_write().unwrap();
+    assert_eq!(
+        w.open_table("t").unwrap().get("k001").unwrap().as_deref(),
+        Some(&b"run1"[..])
+    );
+    w.abort();
+    assert_eq!(db.stats().run_commits, 3);
+    assert_reads(&db, &model);
+    db.checkpoint().unwrap();
+    assert_reads(&db, &model);
+    db.check().unwrap();
+    db.close().unwrap();
+}
+
+/// What `readers_see_commits_published_before_their_insert` committed: the
+/// newest put of each key.
+fn model_of_three_runs() -> BTreeMap<String, String> {
+    let mut model = BTreeMap::new();
     for k in (0..60u32).step_by(3) {
         model.insert(format!("k{k:03}"), "mem".to_string());
     }
@@ -82,44 +103,30 @@ fn readers_see_commits_published_before_their_insert() {
         }
         model.insert("twice".into(), format!("last{c}"));
     }
-    let check = |db: &Database| {
-        let r = db.begin_read();
-        let t = r.open_table("t").unwrap();
-        let all: Vec<(String, String)> = t
-            .iter()
-            .map(|kv| {
-                let kv = kv.unwrap();
-                let s = |b: &[u8]| String::from_utf8(b.to_vec()).unwrap();
-                (s(kv.key()), s(kv.value()))
-            })
-            .collect();
-        let want: Vec<(String, String)> = model.clone().into_iter().collect();
-        assert_eq!(all, want);
-        assert_eq!(t.range("k010".."k020").count(), 10);
-        let (above, through) = (
-            std::ops::Bound::Excluded("k010"),
-            std::ops::Bound::Included("k020"),
-        );
-        assert_eq!(t.range((above, through)).count(), 10);
-        assert_eq!(t.range(.."k005").count(), 5);
-        assert_eq!(t.range(..="k005").count(), 6);
-        assert_eq!(t.prefix("k05").count(), 10);
-        for (k, v) in &model {
-            assert_eq!(t.get(k).unwrap().as_deref(), Some(v.as_bytes()), "{k}");
-        }
-    };
-    check(&db);
-    // A writer that reads takes the slot, which inserts the runs first.
-    let mut w = db.begin_write().unwrap();
-    assert_eq!(
-        w.open_table("t").unwrap().get("k001").unwrap().as_deref(),
-        Some(&b"run1"[..])
-    );
-    w.abort();
-    assert_eq!(db.stats().run_commits, 3);
-    check(&db);
-    db.checkpoint().unwrap();
-    check(&db);
-    db.check().unwrap();
-    db.close().unwrap();
+    model
+}
+
+/// A new reader of table `t` sees `model` through every kind of read.
+fn assert_reads(db: &Database, model: &BTreeMap<String, String>) {
+    let r = db.begin_read();
+    let t = r.open_table("t").unwrap();
+    let all: Vec<(String, String)> = t
+        .iter()
+        .map(|kv| {
+            let kv = kv.unwrap();
+            let s = |b: &[u8]| String::from_utf8(b.to_vec()).unwrap();
+            (s(kv.key()), s(kv.value()))
+        })
+        .collect();
+    let want: Vec<(String, String)> = model.clone().into_iter().collect();
+    assert_eq!(all, want);
+    assert_eq!(t.range("k010".."k020").count(), 10);
+    let (above, through) = (Bound::Excluded("k010"), Bound::Included("k020"));
+    assert_eq!(t.range((above, through)).count(), 10);
+    assert_eq!(t.range(.."k005").count(), 5);
+    assert_eq!(t.range(..="k005").count(), 6);
+    assert_eq!(t.prefix("k05").count(), 10);
+    for (k, v) in model {
+        assert_eq!(t.get(k).unwrap().as_deref(), Some(v.as_bytes()), "{k}");
+    }
 }

@@ -151,15 +151,7 @@ pub fn random_txn(
     // One in eight: puts only, 16 or more (a blind transaction that a lone
     // committer publishes as a run before the helper inserts it).
     if rng.random_ratio(1, 8) {
-        let name = TABLES[rng.random_range(0..TABLES.len())];
-        for _ in 0..rng.random_range(16..60) {
-            let mut t = change!(w.open_table(name));
-            let k = key(rng.random_range(0..key_space));
-            let v = value(rng);
-            change!(t.insert(&k, &v));
-            m.entry(name.to_string()).or_default().insert(k, v);
-        }
-        return finish(w, m, rng);
+        return blind_bulk_txn(w, m, rng, key_space);
     }
     let n_ops = if rng.random_ratio(1, 10) {
         rng.random_range(20..80)
@@ -262,6 +254,25 @@ pub fn random_txn(
                 }
             }
         }
+    }
+    finish(w, m, rng)
+}
+
+/// Put 16 to 59 random keys into one table, reading nothing, then finish
+/// the transaction as [`random_txn`] does.
+fn blind_bulk_txn(
+    mut w: WriteTxn,
+    mut m: Tables,
+    rng: &mut SmallRng,
+    key_space: u32,
+) -> Result<Outcome, String> {
+    let name = TABLES[rng.random_range(0..TABLES.len())];
+    for _ in 0..rng.random_range(16..60) {
+        let mut t = change!(w.open_table(name));
+        let k = key(rng.random_range(0..key_space));
+        let v = value(rng);
+        change!(t.insert(&k, &v));
+        m.entry(name.to_string()).or_default().insert(k, v);
     }
     finish(w, m, rng)
 }
