@@ -394,12 +394,16 @@ fn legs_lines(rows: &[serde_json::Value]) -> String {
         if runs["commits"].as_u64().unwrap_or(0) > 0 {
             out += &format!(
                 "\n{} T={}, the store's median run: {} commits returned once durable, published \
-                 as runs that readers search, and were inserted into the memtable by the helper \
-                 afterwards ({} µs per commit).\n",
+                 as runs that readers search, and were inserted into the memtable afterwards \
+                 ({} µs per commit): {} by the helper, {} by committers on their commit's path \
+                 (too many were waiting).\n",
                 r["workload"].as_str().unwrap_or("?"),
                 r["threads"],
                 runs["commits"],
                 runs["apply_us_per_commit"],
+                runs["commits"].as_u64().unwrap_or(0)
+                    - runs["inserted_by_committers"].as_u64().unwrap_or(0),
+                runs["inserted_by_committers"],
             );
         }
         let o = &r["overlap"];

@@ -593,7 +593,8 @@ impl Shared {
             unreachable!("checked by the caller")
         };
         if self.unapplied.len() >= MAX_UNAPPLIED_RUNS {
-            self.drain_applies();
+            let n = self.unapplied.drain(&self.published);
+            self.unapplied.by_committer.fetch_add(n, Ordering::Relaxed);
         }
         let h = g.last.as_ref().expect("a submitted member has a handle");
         // A failure is `wait`ed for again in `settle`, which fails the
@@ -783,7 +784,7 @@ fn tell_all(
 
 /// Runs published and not yet in the memtable past which a committer
 /// inserts them itself before its own (`super::pending`).
-const MAX_UNAPPLIED_RUNS: usize = 16;
+const MAX_UNAPPLIED_RUNS: usize = 32;
 
 /// Runs waiting before the helper is asked to insert them: one wake-up of
 /// the helper per this many lone commits instead of one per commit.

@@ -321,6 +321,9 @@ pub struct Stats {
     pub run_commits: u64,
     /// Time their inserts into the memtable took.
     pub run_apply_ms: f64,
+    /// Of `run_commits`, those a committer inserted itself, on its
+    /// commit's path, because too many runs were waiting for the helper.
+    pub run_commits_by_committers: u64,
     /// Record bytes committed that no checkpoint covers yet.
     pub uncheckpointed_bytes: u64,
     /// Bytes the memtables hold (an estimate): what was committed since
@@ -448,6 +451,7 @@ impl Database {
             applied_after_write: c.overlap.applied_after_write.load(Ordering::Relaxed),
             run_commits: s.unapplied.applied.load(Ordering::Relaxed),
             run_apply_ms: s.unapplied.apply_ns.load(Ordering::Relaxed) as f64 / 1e6,
+            run_commits_by_committers: s.unapplied.by_committer.load(Ordering::Relaxed),
             uncheckpointed_bytes: s.bytes_since_checkpoint.load(Ordering::Relaxed),
             dirty_bytes: s.dirty_bytes.load(Ordering::Relaxed),
             memtable_keys: mem.layers().map(|l| l.mem.len()).sum(),

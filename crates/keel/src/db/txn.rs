@@ -94,7 +94,7 @@ struct BlindPut {
 }
 
 impl Blind {
-    fn new() -> Blind {
+    pub(crate) fn new() -> Blind {
         Blind {
             bound: 1,
             ..Blind::default()
@@ -103,6 +103,21 @@ impl Blind {
 
     pub(crate) fn is_empty(&self) -> bool {
         self.tables.is_empty() && self.puts.is_empty()
+    }
+
+    /// Empty it for reuse, keeping its buffers' capacity; `false` (and
+    /// left as it was) when they are larger than is worth keeping.
+    pub(crate) fn clear_to_keep(&mut self) -> bool {
+        const KEEP_BYTES: usize = 1 << 20;
+        let held = self.bytes.capacity() + self.puts.capacity() * std::mem::size_of::<BlindPut>();
+        if held > KEEP_BYTES {
+            return false;
+        }
+        self.tables.clear();
+        self.bytes.clear();
+        self.puts.clear();
+        self.bound = 1;
+        true
     }
 
     /// A blind transaction of `puts` (table index, key, value), for tests.
@@ -593,9 +608,9 @@ impl WriteTxn {
     pub(crate) fn begin(shared: Arc<Shared>) -> Result<WriteTxn> {
         shared.check_poison()?;
         Ok(WriteTxn {
+            blind: shared.unapplied.spare_blind(),
             shared,
             durability: Durability::default(),
-            blind: Blind::new(),
             active: OnceCell::new(),
         })
     }

@@ -94,7 +94,9 @@ impl Published {
     /// above the memtable until [`Published::unpublish_run`].
     pub(super) fn publish_run(&self, run: Arc<Run>) {
         let mut v = lock(&self.view);
-        let mut runs = v.runs.as_deref().cloned().unwrap_or_default();
+        let old = v.runs.as_deref().map_or(&[][..], Vec::as_slice);
+        let mut runs = Vec::with_capacity(old.len() + 1);
+        runs.extend(old.iter().cloned());
         runs.push(Arc::clone(&run));
         v.runs = Some(Arc::new(runs));
         v.lsn = v.lsn.max(run.lsn);

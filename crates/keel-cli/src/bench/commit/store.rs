@@ -186,6 +186,7 @@ fn stats_json(before: &Stats, after: &Stats) -> serde_json::Value {
         "overlap": overlap_json(before, after),
         "runs": {
             "commits": after.run_commits - before.run_commits,
+            "inserted_by_committers": after.run_commits_by_committers - before.run_commits_by_committers,
             "apply_us_per_commit": round(
                 (after.run_apply_ms - before.run_apply_ms) * 1e3
                     / (after.run_commits - before.run_commits).max(1) as f64,
