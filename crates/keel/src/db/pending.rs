@@ -23,7 +23,7 @@
 use std::collections::VecDeque;
 use std::ops::Bound;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::Instant;
 
 use super::layers::Layer;
@@ -283,11 +283,40 @@ impl Unapplied {
         if self.len() == 0 {
             return 0;
         }
-        let _order = self.order.lock().unwrap_or_else(|e| e.into_inner());
+        let order = self.order.lock().unwrap_or_else(|e| e.into_inner());
+        self.insert_while(published, order, |_| true)
+    }
+
+    /// Insert the oldest runs until at most `keep` are queued, unless
+    /// another thread is inserting them (it goes on until none are left):
+    /// a committer past the soft bound takes a share, but never waits for
+    /// the helper's batch. Returns how many this call inserted.
+    pub(crate) fn drain_to(&self, published: &Published, keep: usize) -> u64 {
+        if self.len() <= keep {
+            return 0;
+        }
+        let order = match self.order.try_lock() {
+            Ok(o) => o,
+            Err(std::sync::TryLockError::Poisoned(e)) => e.into_inner(),
+            Err(std::sync::TryLockError::WouldBlock) => return 0,
+        };
+        self.insert_while(published, order, |queued| queued > keep)
+    }
+
+    /// Insert the oldest run while `go(runs queued)` says so.
+    fn insert_while(
+        &self,
+        published: &Published,
+        _order: MutexGuard<'_, ()>,
+        go: impl Fn(usize) -> bool,
+    ) -> u64 {
         let mut inserted = 0;
         loop {
             let next = {
                 let q = self.queue.lock().unwrap_or_else(|e| e.into_inner());
+                if !go(q.len()) {
+                    return inserted;
+                }
                 q.front().cloned()
             };
             let Some((layer, run)) = next else {

@@ -130,3 +130,51 @@ fn assert_reads(db: &Database, model: &BTreeMap<String, String>) {
         assert_eq!(t.get(k).unwrap().as_deref(), Some(v.as_bytes()), "{k}");
     }
 }
+
+/// Past the bound of runs waiting, a committer inserts the oldest itself,
+/// one per commit down to the bound, not all of them; readers still see
+/// every commit; and a spare emptied by an insert starts the next
+/// transaction empty.
+#[test]
+fn a_committer_past_the_bound_inserts_only_down_to_it() {
+    let vfs = SimVfs::new(37);
+    let db = builder(&vfs).create(Path::new("/store")).unwrap();
+    let mut w = db.begin_write().unwrap();
+    w.open_table("t").unwrap().insert("seed", "0").unwrap();
+    w.commit().unwrap();
+    db.shared.faults.hold_runs.store(true, Relaxed);
+    let bound = super::combine::MAX_UNAPPLIED_RUNS as u64;
+    let commits = bound + 9;
+    let mut model = BTreeMap::new();
+    model.insert("seed".to_string(), "0".to_string());
+    for c in 0..commits {
+        let mut w = db.begin_write().unwrap();
+        let mut t = w.open_table("t").unwrap();
+        for k in 0..20 {
+            let (key, value) = (format!("c{c:03}k{k:02}"), format!("v{c}"));
+            t.insert(&key, &value).unwrap();
+            model.insert(key, value);
+        }
+        w.commit().unwrap();
+    }
+    let s = db.stats();
+    assert_eq!(
+        s.run_commits,
+        commits - bound,
+        "one per commit past the bound"
+    );
+    assert_eq!(s.run_commits_by_committers, commits - bound);
+    let r = db.begin_read();
+    let t = r.open_table("t").unwrap();
+    let all: BTreeMap<String, String> = t
+        .iter()
+        .map(|kv| {
+            let kv = kv.unwrap();
+            let s = |b: &[u8]| String::from_utf8(b.to_vec()).unwrap();
+            (s(kv.key()), s(kv.value()))
+        })
+        .collect();
+    assert_eq!(all, model);
+    drop(r);
+    db.close().unwrap();
+}
