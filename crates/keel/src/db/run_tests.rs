@@ -108,18 +108,9 @@ fn model_of_three_runs() -> BTreeMap<String, String> {
 
 /// A new reader of table `t` sees `model` through every kind of read.
 fn assert_reads(db: &Database, model: &BTreeMap<String, String>) {
+    assert_eq!(&table_t(db), model);
     let r = db.begin_read();
     let t = r.open_table("t").unwrap();
-    let all: Vec<(String, String)> = t
-        .iter()
-        .map(|kv| {
-            let kv = kv.unwrap();
-            let s = |b: &[u8]| String::from_utf8(b.to_vec()).unwrap();
-            (s(kv.key()), s(kv.value()))
-        })
-        .collect();
-    let want: Vec<(String, String)> = model.clone().into_iter().collect();
-    assert_eq!(all, want);
     assert_eq!(t.range("k010".."k020").count(), 10);
     let (above, through) = (Bound::Excluded("k010"), Bound::Included("k020"));
     assert_eq!(t.range((above, through)).count(), 10);
@@ -164,17 +155,27 @@ fn a_committer_past_the_bound_inserts_only_down_to_it() {
         "one per commit past the bound"
     );
     assert_eq!(s.run_commits_by_committers, commits - bound);
+    assert_eq!(table_t(&db), model);
+    db.close().unwrap();
+}
+
+/// Table `t` as a new reader scans it, in key order (keys and values
+/// as text).
+fn table_t(db: &Database) -> BTreeMap<String, String> {
     let r = db.begin_read();
     let t = r.open_table("t").unwrap();
-    let all: BTreeMap<String, String> = t
-        .iter()
-        .map(|kv| {
-            let kv = kv.unwrap();
-            let s = |b: &[u8]| String::from_utf8(b.to_vec()).unwrap();
-            (s(kv.key()), s(kv.value()))
-        })
-        .collect();
-    assert_eq!(all, model);
-    drop(r);
-    db.close().unwrap();
+    let s = |b: &[u8]| String::from_utf8(b.to_vec()).unwrap();
+    let mut all = BTreeMap::new();
+    let mut last = None;
+    for kv in t.iter() {
+        let kv = kv.unwrap();
+        let key = s(kv.key());
+        assert!(
+            last.as_ref() < Some(&key),
+            "a scan in key order, each key once"
+        );
+        last = Some(key.clone());
+        all.insert(key, s(kv.value()));
+    }
+    all
 }
