@@ -110,10 +110,11 @@ pub struct Options {
     /// checkpoint's memory (a fold of random keys changes nearly every
     /// leaf, whatever the memtable's size).
     pub fold_bytes: u64,
-    /// The background checkpointer folds at most about half the time
-    /// while commits arrive and the budgets have room (it sleeps after
-    /// each batch as long as the batch took): a busy second vCPU slows
-    /// the journal's writes (docs/store.md, "Checkpoints").
+    /// The background checkpointer folds at most about a fifth of the
+    /// time while commits arrive and the budgets have room (it sleeps
+    /// after each batch four times as long as the batch took): a busy
+    /// second vCPU slows the journal's writes (docs/store.md,
+    /// "Checkpoints").
     pub paced_checkpoints: bool,
     /// Run checkpoints in a background thread (otherwise only writers'
     /// backpressure, [`Database::checkpoint`] and `close` do).
