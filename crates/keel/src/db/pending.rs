@@ -78,14 +78,14 @@ struct Slot {
 /// Key bytes in a [`Slot`]'s head.
 const HEAD_BYTES: usize = 16;
 
-/// `key`'s first [`HEAD_BYTES`] bytes, zero-padded, as a big-endian
-/// number: heads that differ order their keys as the keys' bytes do (a
-/// key shorter than the head sorts before a longer one it starts).
 /// The bytes of `slot`'s key in `keys`.
 fn slot_key<'k>(keys: &'k [u8], slot: &Slot) -> &'k [u8] {
     &keys[slot.at as usize..(slot.at + slot.len) as usize]
 }
 
+/// `key`'s first [`HEAD_BYTES`] bytes, zero-padded, as a big-endian
+/// number: heads that differ order their keys as the keys' bytes do (a
+/// key shorter than the head sorts before a longer one it starts).
 fn head(key: &[u8]) -> u128 {
     let mut b = [0u8; HEAD_BYTES];
     let n = key.len().min(HEAD_BYTES);

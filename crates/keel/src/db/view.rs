@@ -132,9 +132,7 @@ impl Shared {
     /// The published snapshot, registered as held until [`Self::unpin`]
     /// (with the base's generation).
     pub(crate) fn pin(&self) -> (Arc<Base>, Lsn) {
-        let mut v = lock(&self.published.view);
-        let (base, lsn) = (Arc::clone(&v.base), v.lsn);
-        *v.readers.entry(base.gen).or_insert(0) += 1;
+        let (base, lsn, _) = self.pin_with_runs();
         (base, lsn)
     }
 
