@@ -72,6 +72,8 @@ pub(crate) struct Slot {
     /// Times the queue was taken: its committers sleep on bell
     /// `generation % BELLS`.
     generation: usize,
+    /// An emptied queue kept for the next: see [`GroupSpares`].
+    spare_queue: Vec<Queued>,
 }
 
 impl Slot {
@@ -79,12 +81,91 @@ impl Slot {
     /// queued next sleep on the next bell.
     fn take_queue(&mut self) -> Vec<Queued> {
         self.generation = self.generation.wrapping_add(1);
-        std::mem::take(&mut self.queue)
+        let spare = std::mem::take(&mut self.spare_queue);
+        std::mem::replace(&mut self.queue, spare)
+    }
+
+    /// Take the queue as a group led by `head`.
+    fn take_group(&mut self, head: Queued) -> Vec<Queued> {
+        let mut group = self.take_queue();
+        group.insert(0, head);
+        group
+    }
+
+    /// Keep `queue` (emptied, not too large) for [`Slot::take_queue`].
+    fn keep_queue(&mut self, mut queue: Vec<Queued>) {
+        queue.clear();
+        if self.spare_queue.capacity() == 0 && queue.capacity() <= KEEP_GROUP_CAPACITY {
+            self.spare_queue = queue;
+        }
     }
 
     /// The bell a transaction queued now sleeps on.
     fn bell(&self) -> usize {
         self.generation % BELLS
+    }
+}
+
+/// The vectors a group is committed with, kept from one group to the next
+/// instead of allocated and freed for each (and the queue's, in
+/// [`Slot`]).
+///
+/// Why: the leader changes from group to group among the committing
+/// threads, and each thread's allocator heap took fresh pages for its
+/// first groups — with transparent huge pages, 2 MiB zeroed by the kernel
+/// at a time: 4% of w2's CPU at T=64 in a 3-second run (perf, 2026-11-26),
+/// and the queue's vector was allocated by one thread and freed by
+/// another at every group.
+#[derive(Default)]
+pub(crate) struct GroupSpares(Mutex<Vec<GroupBufs>>);
+
+impl std::fmt::Debug for GroupSpares {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_tuple("GroupSpares")
+            .field(&lock(&self.0).len())
+            .finish()
+    }
+}
+
+/// One group's vectors (empty when kept).
+#[derive(Default)]
+struct GroupBufs {
+    tickets: Vec<Arc<Ticket>>,
+    durability: Vec<Durability>,
+    members: Vec<Member>,
+    waiting: Vec<(Arc<Ticket>, bool)>,
+}
+
+/// Group vectors kept: groups in flight at once (one being committed,
+/// a few waiting for the journal).
+const KEEP_GROUPS: usize = 8;
+
+/// Vectors longer than this are not kept.
+const KEEP_GROUP_CAPACITY: usize = 1024;
+
+impl GroupSpares {
+    fn take(&self) -> GroupBufs {
+        lock(&self.0).pop().unwrap_or_default()
+    }
+
+    fn keep(&self, mut b: GroupBufs) {
+        b.tickets.clear();
+        b.durability.clear();
+        b.members.clear();
+        b.waiting.clear();
+        let cap = [
+            b.tickets.capacity(),
+            b.durability.capacity(),
+            b.members.capacity(),
+            b.waiting.capacity(),
+        ];
+        if cap.iter().any(|&c| c > KEEP_GROUP_CAPACITY) {
+            return;
+        }
+        let mut spares = lock(&self.0);
+        if spares.len() < KEEP_GROUPS {
+            spares.push(b);
+        }
     }
 }
 
@@ -273,8 +354,7 @@ impl Shared {
         me.ticket.bell.store(w.bell(), Ordering::Relaxed);
         if w.state.is_some() && w.waiting == 0 {
             let state = w.state.take().expect("checked");
-            let mut group = vec![me];
-            group.append(&mut w.take_queue());
+            let group = w.take_group(me);
             drop(w);
             self.lead(state, group);
         } else {
@@ -290,8 +370,7 @@ impl Shared {
                 TicketState::Waiting => bell.sleep(seen),
                 TicketState::Done(r) => return r,
                 TicketState::Lead(state, me) => {
-                    let mut group = vec![me];
-                    group.append(&mut lock(&self.writer).take_queue());
+                    let group = lock(&self.writer).take_group(me);
                     self.lead(state, group);
                 }
             }
@@ -318,7 +397,9 @@ impl Shared {
             let started = Instant::now();
             held.clear();
             held.extend(group.iter().map(|q| Arc::clone(&q.ticket)));
-            let g = match panic::catch_unwind(AssertUnwindSafe(|| self.run_group(&mut w, group))) {
+            let g = match panic::catch_unwind(AssertUnwindSafe(|| {
+                self.run_group(&mut w, &mut group)
+            })) {
                 Ok(g) => g,
                 Err(p) => {
                     let why = self.writer_panicked("a commit", w, p.as_ref());
@@ -329,6 +410,7 @@ impl Shared {
                 .commit_writer_ns
                 .fetch_add(started.elapsed().as_nanos() as u64, Ordering::Relaxed);
             let mut slot = lock(&self.writer);
+            slot.keep_queue(std::mem::take(&mut group));
             if g.failure.is_none()
                 && !slot.queue.is_empty()
                 && slot.waiting == 0
@@ -379,12 +461,14 @@ impl Shared {
         panic::resume_unwind(p)
     }
 
-    /// Replay, submit and apply one group.
-    fn run_group(self: &Arc<Self>, w: &mut WriterState, group: Vec<Queued>) -> Group {
+    /// Replay, submit and apply one group (emptying `group`).
+    fn run_group(self: &Arc<Self>, w: &mut WriterState, group: &mut Vec<Queued>) -> Group {
+        let bufs = self.group_spares.take();
         let mut g = Group {
-            tickets: Vec::with_capacity(group.len()),
-            durability: Vec::with_capacity(group.len()),
-            members: Vec::with_capacity(group.len()),
+            tickets: bufs.tickets,
+            durability: bufs.durability,
+            members: bufs.members,
+            waiting: bufs.waiting,
             last: None,
             last_lsn: w.last_lsn,
             failure: self.check_poison().err().map(failure_reason),
@@ -394,7 +478,7 @@ impl Shared {
         // An unapplied member changes the catalog: apply before the next
         // replay, which reads it.
         let mut catalog_changed = false;
-        for q in group {
+        for q in group.drain(..) {
             let Queued {
                 ticket,
                 blind,
@@ -683,16 +767,20 @@ impl Shared {
             panic!("injected: settling failed");
         }
         let Group {
-            tickets,
-            durability,
-            members,
+            mut tickets,
+            mut durability,
+            mut members,
+            mut waiting,
             last,
             last_lsn,
             failure,
         } = g;
-        let mut waiting: Vec<(Arc<Ticket>, bool)> = Vec::new();
         let mut rings = Rings::default();
-        for ((m, d), t) in members.into_iter().zip(durability).zip(tickets) {
+        for ((m, d), t) in members
+            .drain(..)
+            .zip(durability.drain(..))
+            .zip(tickets.drain(..))
+        {
             let had_record = matches!(m, Member::Applied);
             let now = match (m, &failure) {
                 (Member::Settled(r), _) => Some(r),
@@ -706,13 +794,17 @@ impl Shared {
             }
         }
         rings.ring(&self.bells);
+        let bufs = GroupBufs {
+            tickets,
+            durability,
+            members,
+            waiting: Vec::new(),
+        };
         // After a failure every member is settled.
-        if failure.is_some() {
-            return;
-        }
-        if waiting.is_empty() {
+        if failure.is_some() || waiting.is_empty() {
+            self.group_spares.keep(GroupBufs { waiting, ..bufs });
             // All `Eventual`: publish once durable.
-            if let Some(h) = last {
+            if let (None, Some(h)) = (&failure, last) {
                 self.publish_on_durable(h, last_lsn, |_| {});
             }
             return;
@@ -721,6 +813,7 @@ impl Shared {
             list: waiting,
             bells: Arc::clone(&self.bells),
             published: Arc::clone(&self.published),
+            spares: Some((Arc::clone(&self.group_spares), bufs)),
         };
         match last {
             // Nothing written: `Immediate` still waits for earlier commits.
@@ -747,12 +840,20 @@ struct Waiters {
     list: Vec<(Arc<Ticket>, bool)>,
     bells: Arc<[Bell]>,
     published: Arc<Published>,
+    /// Where the group's vectors go back to once told, and they.
+    spares: Option<(Arc<GroupSpares>, GroupBufs)>,
 }
 
 impl Waiters {
     fn tell(mut self, outcome: std::result::Result<(), Arc<str>>) {
-        let list = std::mem::take(&mut self.list);
-        tell_all(list, &outcome, &self.bells);
+        let mut list = std::mem::take(&mut self.list);
+        tell_all(&mut list, &outcome, &self.bells);
+        if let Some((spares, bufs)) = self.spares.take() {
+            spares.keep(GroupBufs {
+                waiting: list,
+                ..bufs
+            });
+        }
     }
 }
 
@@ -764,19 +865,19 @@ impl Drop for Waiters {
         let why = self
             .published
             .set_poison("a commit panicked while its group was being told its results");
-        tell_all(std::mem::take(&mut self.list), &Err(why), &self.bells);
+        tell_all(&mut self.list, &Err(why), &self.bells);
     }
 }
 
 /// Tell each member `outcome` (a failure as `CommitFailed` to those with a
 /// record), then ring their bells.
 fn tell_all(
-    list: Vec<(Arc<Ticket>, bool)>,
+    list: &mut Vec<(Arc<Ticket>, bool)>,
     outcome: &std::result::Result<(), Arc<str>>,
     bells: &[Bell],
 ) {
     let mut rings = Rings::default();
-    for (t, had_record) in list {
+    for (t, had_record) in list.drain(..) {
         let r = match outcome {
             Ok(()) => Ok(()),
             Err(why) if had_record => Err(DbError::CommitFailed(Arc::clone(why))),
@@ -861,6 +962,9 @@ struct Group {
     tickets: Vec<Arc<Ticket>>,
     durability: Vec<Durability>,
     members: Vec<Member>,
+    /// Empty: the members left waiting, made in `settle` (kept with the
+    /// others, see [`GroupSpares`]).
+    waiting: Vec<(Arc<Ticket>, bool)>,
     /// The last record submitted, and its LSN (else the writer's).
     last: Option<CommitHandle>,
     last_lsn: Lsn,

@@ -241,6 +241,8 @@ pub(crate) struct Shared {
     pub(super) writer_cv: Condvar,
     /// What queued blind commits sleep on (`combine`).
     pub(super) bells: Arc<[Bell]>,
+    /// Vectors kept between groups of commits (`combine`).
+    pub(super) group_spares: Arc<super::combine::GroupSpares>,
     /// What readers see, and the poison: shared with journal callbacks
     /// (which must not hold the store itself: the last reference dropped
     /// on a journal thread would join that thread).
@@ -542,6 +544,7 @@ impl Shared {
             writer: Mutex::new(Slot::default()),
             writer_cv: Condvar::new(),
             bells: super::combine::bells(),
+            group_spares: Arc::default(),
             published: Arc::new(Published::new(Arc::clone(&base), meta.checkpoint_lsn)),
             space: Mutex::new(space),
             ckpt_run: Mutex::new(()),
