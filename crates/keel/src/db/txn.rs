@@ -105,12 +105,16 @@ impl Blind {
         self.tables.is_empty() && self.puts.is_empty()
     }
 
+    /// Bytes its buffers hold (their capacity).
+    pub(crate) fn held_bytes(&self) -> usize {
+        self.bytes.capacity() + self.puts.capacity() * std::mem::size_of::<BlindPut>()
+    }
+
     /// Empty it for reuse, keeping its buffers' capacity; `false` (and
     /// left as it was) when they are larger than is worth keeping.
     pub(crate) fn clear_to_keep(&mut self) -> bool {
         const KEEP_BYTES: usize = 1 << 20;
-        let held = self.bytes.capacity() + self.puts.capacity() * std::mem::size_of::<BlindPut>();
-        if held > KEEP_BYTES {
+        if self.held_bytes() > KEEP_BYTES {
             return false;
         }
         self.tables.clear();
