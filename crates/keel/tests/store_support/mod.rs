@@ -12,7 +12,7 @@ use std::ops::Bound;
 use std::path::Path;
 use std::sync::Arc;
 
-use keel::db::{Builder, Database, DbError, Durability, ReadTxn, WriteTxn};
+use keel::db::{Builder, Database, DbError, Durability, ReadTxn, TableMut, WriteTxn};
 use keel::io::Vfs;
 use keel::journal::JournalOptions;
 use rand::rngs::SmallRng;
@@ -207,55 +207,59 @@ pub fn random_txn(
                 }
             }
             _ => {
-                // A range or prefix scan of the transaction's own view.
-                let a = key(rng.random_range(0..key_space));
-                let (got, want): (Vec<Vec<u8>>, Vec<Vec<u8>>) = if rng.random() {
-                    let p = &a[..a.len().saturating_sub(4)];
-                    (
-                        change!(t
-                            .prefix(p)
-                            .map(|kv| kv.map(|kv| kv.key().to_vec()))
-                            .collect::<Result<Vec<_>, DbError>>()),
-                        mt.keys().filter(|x| x.starts_with(p)).cloned().collect(),
-                    )
-                } else {
-                    let r = (Bound::Included(&a[..]), Bound::Unbounded);
-                    (
-                        change!(t
-                            .range(r)
-                            .take(20)
-                            .map(|kv| kv.map(|kv| kv.key().to_vec()))
-                            .collect::<Result<Vec<_>, DbError>>()),
-                        mt.range::<[u8], _>(r)
-                            .take(20)
-                            .map(|(k, _)| k.clone())
-                            .collect(),
-                    )
-                };
-                if got != want {
-                    let tails = |v: &[Vec<u8>]| {
-                        v.iter()
-                            .map(|k| {
-                                format!(
-                                    "{}({})",
-                                    String::from_utf8_lossy(&k[k.len().saturating_sub(6)..]),
-                                    k.len()
-                                )
-                            })
-                            .collect::<Vec<_>>()
-                    };
-                    return Err(format!(
-                        "scan disagrees with the model ({} vs {} keys): {:?} vs {:?}",
-                        got.len(),
-                        want.len(),
-                        tails(&got),
-                        tails(&want)
-                    ));
+                if let Some(why) = change!(scan_disagrees(&t, mt, rng, key_space)) {
+                    return Err(why);
                 }
             }
         }
     }
     finish(w, m, rng)
+}
+
+/// A range or prefix scan of a transaction's own view of a table against
+/// the model's `mt`: how they disagree, if they do.
+fn scan_disagrees(
+    t: &TableMut<'_>,
+    mt: &BTreeMap<Vec<u8>, Vec<u8>>,
+    rng: &mut SmallRng,
+    key_space: u32,
+) -> Result<Option<String>, DbError> {
+    let a = key(rng.random_range(0..key_space));
+    let keys = |kv: Result<keel::db::KeyValue, DbError>| kv.map(|kv| kv.key().to_vec());
+    let (got, want): (Vec<Vec<u8>>, Vec<Vec<u8>>) = if rng.random() {
+        let p = &a[..a.len().saturating_sub(4)];
+        (
+            t.prefix(p).map(keys).collect::<Result<_, _>>()?,
+            mt.keys().filter(|x| x.starts_with(p)).cloned().collect(),
+        )
+    } else {
+        let r = (Bound::Included(&a[..]), Bound::Unbounded);
+        (
+            t.range(r).take(20).map(keys).collect::<Result<_, _>>()?,
+            mt.range::<[u8], _>(r)
+                .take(20)
+                .map(|(k, _)| k.clone())
+                .collect(),
+        )
+    };
+    if got == want {
+        return Ok(None);
+    }
+    let tails = |v: &[Vec<u8>]| {
+        v.iter()
+            .map(|k| {
+                let tail = String::from_utf8_lossy(&k[k.len().saturating_sub(6)..]);
+                format!("{tail}({})", k.len())
+            })
+            .collect::<Vec<_>>()
+    };
+    Ok(Some(format!(
+        "scan disagrees with the model ({} vs {} keys): {:?} vs {:?}",
+        got.len(),
+        want.len(),
+        tails(&got),
+        tails(&want)
+    )))
 }
 
 /// Put 16 to 59 random keys into one table, reading nothing, then finish
