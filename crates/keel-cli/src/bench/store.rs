@@ -401,8 +401,10 @@ fn legs_lines(rows: &[serde_json::Value]) -> String {
                 r["threads"],
                 runs["commits"],
                 runs["apply_us_per_commit"],
-                runs["commits"].as_u64().unwrap_or(0)
-                    - runs["inserted_by_committers"].as_u64().unwrap_or(0),
+                runs["commits"]
+                    .as_u64()
+                    .unwrap_or(0)
+                    .saturating_sub(runs["inserted_by_committers"].as_u64().unwrap_or(0)),
                 runs["inserted_by_committers"],
             );
         }

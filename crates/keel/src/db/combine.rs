@@ -40,6 +40,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Instant;
 
 use super::error::{DbError, Result};
+use super::kept::Kept;
 use super::pending::Run;
 use super::store::{lock, OverlapCounters, Shared, WriterState, START_MIN_OPS};
 use super::txn::{Active, Blind};
@@ -116,16 +117,8 @@ impl Slot {
 /// at a time: 4% of w2's CPU at T=64 in a 3-second run (perf, 2026-11-26),
 /// and the queue's vector was allocated by one thread and freed by
 /// another at every group.
-#[derive(Default)]
-pub(crate) struct GroupSpares(Mutex<Vec<GroupBufs>>);
-
-impl std::fmt::Debug for GroupSpares {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_tuple("GroupSpares")
-            .field(&lock(&self.0).len())
-            .finish()
-    }
-}
+#[derive(Debug, Default)]
+pub(crate) struct GroupSpares(Kept<GroupBufs>);
 
 /// One group's vectors (empty when kept).
 #[derive(Default)]
@@ -145,7 +138,7 @@ const KEEP_GROUP_CAPACITY: usize = 1024;
 
 impl GroupSpares {
     fn take(&self) -> GroupBufs {
-        lock(&self.0).pop().unwrap_or_default()
+        self.0.take().unwrap_or_default()
     }
 
     fn keep(&self, mut b: GroupBufs) {
@@ -159,12 +152,8 @@ impl GroupSpares {
             b.members.capacity(),
             b.waiting.capacity(),
         ];
-        if cap.iter().any(|&c| c > KEEP_GROUP_CAPACITY) {
-            return;
-        }
-        let mut spares = lock(&self.0);
-        if spares.len() < KEEP_GROUPS {
-            spares.push(b);
+        if cap.iter().all(|&c| c <= KEEP_GROUP_CAPACITY) {
+            self.0.keep(b, KEEP_GROUPS);
         }
     }
 }

@@ -36,6 +36,7 @@ mod freelist;
 pub mod fuzzing;
 mod helper;
 mod inspect;
+mod kept;
 mod layers;
 pub mod meta;
 mod pagewrite;

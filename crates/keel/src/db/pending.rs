@@ -26,6 +26,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::Instant;
 
+use super::kept::Kept;
 use super::layers::Layer;
 use super::txn::Blind;
 use super::view::Published;
@@ -224,9 +225,7 @@ pub(crate) struct Unapplied {
     pub by_committer: AtomicU64,
     /// Emptied blind transactions of inserted runs, their buffers kept
     /// for the next write transactions ([`Unapplied::spare_blind`]).
-    spares: Mutex<Vec<Blind>>,
-    /// `spares.len()`, read without the lock.
-    spare_count: AtomicUsize,
+    spares: Kept<Blind>,
 }
 
 /// Emptied blind transactions kept for reuse, at most, of any size (up
@@ -255,21 +254,11 @@ impl Unapplied {
     /// Why: a run's buffers are freed on the helper's thread, and the
     /// committer's next transaction grew new ones put by put (a chain of
     /// reallocations, some into memory the process had not touched, which
-    /// costs ~1 ms per MiB to fault in here): 3 % of the committer's
+    /// costs 0.5–2 ms per MiB to fault in here): 3 % of the committer's
     /// samples on w3 (perf).
     pub(crate) fn spare_blind(&self) -> Blind {
-        // Most stores have none (no runs): no lock for every transaction.
-        if self.spare_count.load(Ordering::Relaxed) == 0 {
-            return Blind::new();
-        }
-        let spare = {
-            let mut spares = self.spares.lock().unwrap_or_else(|e| e.into_inner());
-            let spare = spares.pop();
-            self.spare_count.store(spares.len(), Ordering::Relaxed);
-            spare
-        };
         // Not `unwrap_or_default`: a new one's bound is not the default's.
-        match spare {
+        match self.spares.take() {
             Some(b) => b,
             None => Blind::new(),
         }
@@ -287,11 +276,12 @@ impl Unapplied {
             return;
         }
         let small = blind.held_bytes() <= SMALL_SPARE_BYTES;
-        let mut spares = self.spares.lock().unwrap_or_else(|e| e.into_inner());
-        if spares.len() < KEEP_SPARES || (small && spares.len() < KEEP_SMALL_SPARES) {
-            spares.push(blind);
-            self.spare_count.store(spares.len(), Ordering::Relaxed);
-        }
+        let max = if small {
+            KEEP_SMALL_SPARES
+        } else {
+            KEEP_SPARES
+        };
+        self.spares.keep(blind, max);
     }
 
     /// Runs not yet inserted.

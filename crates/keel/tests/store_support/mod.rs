@@ -158,11 +158,12 @@ pub fn random_txn(
     } else {
         rng.random_range(1..8)
     };
+    let trace = std::env::var_os("KEEL_STORE_TRACE").is_some();
     for _ in 0..n_ops {
         let name = TABLES[rng.random_range(0..TABLES.len())];
         if rng.random_ratio(1, 150) {
             let existed = change!(w.delete_table(name));
-            if std::env::var_os("KEEL_STORE_TRACE").is_some() {
+            if trace {
                 eprintln!("  drop {name} existed={existed}");
             }
             if existed != m.remove(name).is_some() {
@@ -174,7 +175,6 @@ pub fn random_txn(
         }
         let mut t = change!(w.open_table(name));
         let mt = m.entry(name.to_string()).or_default();
-        let trace = std::env::var_os("KEEL_STORE_TRACE").is_some();
         let k = key(rng.random_range(0..key_space));
         match rng.random_range(0..10) {
             0..=5 => {

@@ -1,0 +1,58 @@
+//! Emptied buffers kept for reuse: the next transaction or group of
+//! commits takes one instead of growing new ones, which on these VMs
+//! often means memory the process has not touched yet (docs/bench-commit.md,
+//! "Why memory touched first costs so much here"). Used for blind
+//! transactions (`pending::Unapplied::spare_blind`) and for a group's
+//! vectors (`combine::GroupSpares`).
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Mutex;
+
+use super::store::lock;
+
+/// A few emptied values of `T`, kept for the next to take.
+pub(crate) struct Kept<T> {
+    list: Mutex<Vec<T>>,
+    /// `list.len()`, read without the lock.
+    count: AtomicUsize,
+}
+
+impl<T> Default for Kept<T> {
+    fn default() -> Self {
+        Kept {
+            list: Mutex::new(Vec::new()),
+            count: AtomicUsize::new(0),
+        }
+    }
+}
+
+impl<T> std::fmt::Debug for Kept<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Kept")
+            .field("count", &self.count.load(Ordering::Relaxed))
+            .finish_non_exhaustive()
+    }
+}
+
+impl<T> Kept<T> {
+    /// One kept value, if there is one (no lock when there is none: most
+    /// stores keep nothing of some kinds).
+    pub(crate) fn take(&self) -> Option<T> {
+        if self.count.load(Ordering::Relaxed) == 0 {
+            return None;
+        }
+        let mut list = lock(&self.list);
+        let value = list.pop();
+        self.count.store(list.len(), Ordering::Relaxed);
+        value
+    }
+
+    /// Keep `value` (emptied by the caller) unless `max` are kept already.
+    pub(crate) fn keep(&self, value: T, max: usize) {
+        let mut list = lock(&self.list);
+        if list.len() < max {
+            list.push(value);
+            self.count.store(list.len(), Ordering::Relaxed);
+        }
+    }
+}
