@@ -231,6 +231,32 @@ fn json_and_hex_round_trip() {
     let text = db(&["scan", st]);
     assert_eq!(code(&text), 2);
     assert!(stderr(&text).contains("--hex"), "{}", stderr(&text));
+    // Nor can a tab or a line break in a key or value, in a `KEY<TAB>VALUE`
+    // line; --json shows them.
+    let tabbed = new_store("tabbed");
+    ok(&["put", s(&tabbed), "a\tb", "1"]);
+    let text = db(&["scan", s(&tabbed)]);
+    assert_eq!(code(&text), 2);
+    assert!(
+        stderr(&text).contains("the key \"a\\tb\""),
+        "{}",
+        stderr(&text)
+    );
+    assert!(stderr(&text).contains("--json"), "{}", stderr(&text));
+    ok(&["put", s(&tabbed), "a\tb", "line\nbreak"]);
+    let scan = json(&ok(&["scan", s(&tabbed), "--json"]));
+    assert_eq!(scan["entries"][0]["value"], "line\nbreak");
+    ok(&["del", s(&tabbed), "a\tb"]);
+    ok(&["put", s(&tabbed), "k", "line\nbreak"]);
+    let text = db(&["scan", s(&tabbed)]);
+    assert_eq!(code(&text), 2);
+    assert!(
+        stderr(&text).contains("the value of key \"k\""),
+        "{}",
+        stderr(&text)
+    );
+    ok(&["put", s(&tabbed), "k", "v"]);
+    assert_eq!(stdout(&ok(&["scan", s(&tabbed)])), "k\tv\n");
     let tables = json(&ok(&["tables", st, "--json"]));
     assert_eq!(tables["tables"], serde_json::json!(["default"]));
     let del = json(&ok(&["del", st, "--hex", "--json", "00ff"]));

@@ -21,7 +21,8 @@ const EXIT_CODES: &str = "Exit codes:\n  \
 const ENCODING: &str = "Keys and values are UTF-8 text unless --hex is given: then every key \
     and value, given or printed, is hex (two digits a byte, an optional 0x prefix on input). \
     A stored key or value that is not UTF-8 cannot be printed as text: the command stops with \
-    an error that says to use --hex.";
+    an error that says to use --hex; so does a key or value holding a tab or a line break in \
+    scan's KEY<TAB>VALUE lines (--json shows it).";
 
 #[derive(Subcommand, Debug)]
 pub enum DbCommand {

@@ -307,6 +307,25 @@ fn show_entry(enc: Encoding, kv: &KeyValue) -> Result<Entry, Failure> {
     Ok(Entry { key, value })
 }
 
+/// A text line of `scan` is `KEY<TAB>VALUE`: a key or value holding a
+/// tab or a line break would make it ambiguous (where does the key end,
+/// where does the entry end?), so it is refused, as bytes that are not
+/// UTF-8 are, rather than printed. Hex digits never hold either.
+fn check_line(enc: Encoding, kv: &KeyValue, e: &Entry) -> Result<(), Failure> {
+    let breaks = |s: &str| s.contains(['\t', '\n', '\r']);
+    let what = if breaks(&e.key) {
+        format!("the key {}", enc.name(kv.key()))
+    } else if breaks(&e.value) {
+        format!("the value of key {}", enc.name(kv.key()))
+    } else {
+        return Ok(());
+    };
+    Err(Failure::bad_input(format!(
+        "{what} holds a tab or a line break, which a `KEY<TAB>VALUE` line cannot show; \
+         print the scan with --json or --hex"
+    )))
+}
+
 pub fn scan(a: ScanArgs) -> Result<ExitCode, Failure> {
     let enc = Encoding::new(a.keyed.hex);
     let parse = |what, k: &Option<String>| k.as_ref().map(|k| enc.parse(what, k)).transpose();
@@ -340,6 +359,7 @@ pub fn scan(a: ScanArgs) -> Result<ExitCode, Failure> {
         if json {
             entries.push(e);
         } else {
+            check_line(enc, &kv, &e)?;
             // Printed as found: a long scan shows its first entries at once.
             match writeln!(stdout, "{}\t{}", e.key, e.value) {
                 Ok(()) => {}
