@@ -10,6 +10,8 @@
 //! * [`db`] — the store on top of them: transactions, checkpoints,
 //!   recovery.
 
+#![warn(missing_docs)]
+
 mod bell;
 pub mod btree;
 pub mod db;

@@ -17,6 +17,7 @@ use crate::io::{AlignedBuf, VfsFile};
 /// A value read from its overflow chain.
 #[derive(Debug, Clone)]
 pub struct OverflowData {
+    /// The value.
     pub bytes: Arc<[u8]>,
     /// Every page of the chain, first to last.
     pub pages: Vec<PageNo>,
@@ -107,8 +108,11 @@ pub fn read_overflow_chain(
 /// Hits, misses and evictions of a [`PageCache`].
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct CacheStats {
+    /// Page loads the cache answered without reading the file.
     pub hits: u64,
+    /// Page loads that read the file.
     pub misses: u64,
+    /// Nodes dropped from the cache to stay within its budget.
     pub evictions: u64,
     /// Bytes charged for the nodes held now.
     pub cached_bytes: u64,

@@ -18,9 +18,13 @@ use super::{BtreeError, PageNo, PageSize, Tree};
 pub struct TreeStats {
     /// Levels: 0 for an empty tree, 1 for a lone leaf.
     pub depth: usize,
+    /// Branch (inner) nodes.
     pub branches: u64,
+    /// Leaf nodes.
     pub leaves: u64,
+    /// Keys in the leaves.
     pub entries: u64,
+    /// Values held on overflow pages.
     pub overflow_values: u64,
     /// Nodes held in memory without a page.
     pub dirty_nodes: u64,

@@ -16,8 +16,11 @@ pub enum PageError {
         "page {page}: {len} bytes, but a page is {page_bytes} bytes: the data file is cut short"
     )]
     WrongSize {
+        /// The page read.
         page: PageNo,
+        /// The bytes the read returned.
         len: usize,
+        /// The store's page size in bytes.
         page_bytes: usize,
     },
     /// The page's own checksum does not match its bytes: torn or corrupt.
@@ -26,8 +29,11 @@ pub enum PageError {
          the page is torn or corrupt"
     )]
     BadChecksum {
+        /// The page read.
         page: PageNo,
+        /// The checksum in the page's header.
         stored: u32,
+        /// The checksum of the bytes read.
         computed: u32,
     },
     /// The page is intact but is not the version its parent points to: a
@@ -38,24 +44,40 @@ pub enum PageError {
          an older or foreign version of the page (a lost or misdirected write)"
     )]
     UnexpectedChecksum {
+        /// The page read.
         page: PageNo,
+        /// The checksum its parent (or the meta page) recorded for it.
         expected: u32,
+        /// The checksum the page carries.
         found: u32,
     },
     /// The page names another page number: written to the wrong place.
     #[error("page {expected} says it is page {found}: it was written to the wrong place")]
-    WrongPageNo { expected: PageNo, found: PageNo },
+    WrongPageNo {
+        /// The page read.
+        expected: PageNo,
+        /// The page number in its header.
+        found: PageNo,
+    },
     /// Not the kind of page the reader followed a reference to.
     #[error("page {page}: page type {found}, expected {expected}")]
     WrongType {
+        /// The page read.
         page: PageNo,
+        /// The kind of page the reference asked for.
         expected: &'static str,
+        /// The type byte in the page's header.
         found: u8,
     },
     /// The checksum matches but the contents break the format: written by a
     /// bug or by a newer format.
     #[error("page {page}: bad layout: {reason}")]
-    BadLayout { page: PageNo, reason: &'static str },
+    BadLayout {
+        /// The page read.
+        page: PageNo,
+        /// Which rule of the format it breaks.
+        reason: &'static str,
+    },
 }
 
 /// What a tree operation can fail with.
@@ -71,19 +93,39 @@ pub enum BtreeError {
     /// Pages are valid one by one but do not form a valid tree (a child at
     /// the wrong level, an overflow chain of the wrong length).
     #[error("page {page}: {reason}: the data file is corrupt")]
-    Corrupt { page: PageNo, reason: &'static str },
+    Corrupt {
+        /// The page where the tree goes wrong.
+        page: PageNo,
+        /// Which rule of the tree it breaks.
+        reason: &'static str,
+    },
     /// The key exceeds the limit of the page size.
     #[error("a key of {len} bytes is longer than the {max}-byte limit of this page size")]
-    KeyTooLong { len: usize, max: usize },
+    KeyTooLong {
+        /// The key's length in bytes.
+        len: usize,
+        /// The longest key this page size takes, in bytes.
+        max: usize,
+    },
     /// The value exceeds [`super::MAX_VALUE_BYTES`].
     #[error("a value of {len} bytes is longer than the {max}-byte limit")]
-    ValueTooLong { len: u64, max: u64 },
+    ValueTooLong {
+        /// The value's length in bytes.
+        len: u64,
+        /// [`super::MAX_VALUE_BYTES`].
+        max: u64,
+    },
     /// A page size that is not a power of two in the supported range.
     #[error("page size {0} is not a power of two from 4096 to 65536")]
     BadPageSize(usize),
     /// A checkpoint's page allocator returned a page it must not.
     #[error("the page allocator returned page {page}: {reason}")]
-    BadAllocation { page: PageNo, reason: &'static str },
+    BadAllocation {
+        /// The page returned.
+        page: PageNo,
+        /// Why it must not be used (a meta page, or returned twice).
+        reason: &'static str,
+    },
     /// A tree checked by [`super::check_tree`] breaks a rule of the B+tree
     /// (a bug, in memory or in what was written).
     #[error("the tree breaks an invariant: {0}")]
@@ -91,5 +133,8 @@ pub enum BtreeError {
     /// The tree needs a page but was given no way to read pages (a tree
     /// used with [`super::NoPageSource`] after a checkpoint).
     #[error("page {page} is not in memory and there is no data file to read it from")]
-    NotLoaded { page: PageNo },
+    NotLoaded {
+        /// The page needed.
+        page: PageNo,
+    },
 }

@@ -123,7 +123,10 @@ impl OverflowValue {
 /// chain.
 #[derive(Clone, Copy, Debug)]
 pub enum ValueRef<'a> {
+    /// The value's bytes, in the leaf.
     Inline(&'a [u8]),
+    /// A value on overflow pages (or held in memory until a checkpoint
+    /// writes it there).
     Overflow(&'a Arc<OverflowValue>),
 }
 

@@ -66,7 +66,9 @@ pub type PageNo = u64;
 /// of another version at that place is not mistaken for this one.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct Location {
+    /// The page's number.
     pub page: PageNo,
+    /// The CRC32C the page's header must carry.
     pub crc: u32,
 }
 

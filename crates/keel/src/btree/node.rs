@@ -280,7 +280,9 @@ impl Branch {
 /// What a node holds.
 #[derive(Clone, Debug)]
 pub enum Body {
+    /// Keys and their values.
     Leaf(Leaf),
+    /// Separator keys and children.
     Branch(Branch),
 }
 

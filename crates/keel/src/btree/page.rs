@@ -14,9 +14,12 @@ use super::limits::{FIRST_TREE_PAGE, MAX_VALUE_BYTES};
 use super::node::{Body, Branch, Node};
 use super::{Location, PageError, PageNo, PageSize};
 
-/// Page type 0 is never written: a page of zeros is not a page.
+/// A branch page's type byte. Page type 0 is never written: a page of
+/// zeros is not a page.
 pub const PAGE_TYPE_BRANCH: u8 = 1;
+/// A leaf page's type byte.
 pub const PAGE_TYPE_LEAF: u8 = 2;
+/// An overflow page's type byte.
 pub const PAGE_TYPE_OVERFLOW: u8 = 3;
 /// Reserved for the store's meta pages.
 pub const PAGE_TYPE_META: u8 = 4;
@@ -77,13 +80,16 @@ const KIND_OVERFLOW: u8 = 2;
 pub struct OverflowPage<'a> {
     /// The next page and its checksum; `None` on the last page.
     pub next: Option<Location>,
+    /// This page's share of the value.
     pub data: &'a [u8],
 }
 
 /// Any tree page, decoded.
 #[derive(Debug)]
 pub enum Page<'a> {
+    /// A branch or a leaf.
     Node(Node),
+    /// A page of an overflow chain.
     Overflow(OverflowPage<'a>),
 }
 

@@ -22,31 +22,61 @@ pub enum DbError {
     Tree(Arc<BtreeError>),
     /// The path holds no store (or a store whose creation never finished).
     #[error("{path} is not a Keel store: {reason}")]
-    NotAStore { path: PathBuf, reason: String },
+    NotAStore {
+        /// The path given.
+        path: PathBuf,
+        /// What is missing or wrong there.
+        reason: String,
+    },
     /// Another process (or another handle in this one) has the store open.
     #[error("store {0} is in use by another process (its LOCK file is held)")]
     Locked(PathBuf),
     /// The store's files are damaged or do not belong together.
     #[error("store {path} is damaged: {reason}")]
-    Corrupt { path: PathBuf, reason: String },
+    Corrupt {
+        /// The store's directory.
+        path: PathBuf,
+        /// What is damaged, and where.
+        reason: String,
+    },
     /// A key longer than the store accepts.
     #[error("a key of {len} bytes is longer than the {max}-byte limit")]
-    KeyTooLong { len: usize, max: usize },
+    KeyTooLong {
+        /// The key's length in bytes.
+        len: usize,
+        /// The longest key the store takes, in bytes (`Limits::max_key_bytes`).
+        max: usize,
+    },
     /// A value longer than the store accepts.
     #[error("a value of {len} bytes is longer than the {max}-byte limit")]
-    ValueTooLong { len: u64, max: u64 },
+    ValueTooLong {
+        /// The value's length in bytes.
+        len: u64,
+        /// The longest value the store takes, in bytes (`Limits::max_value_bytes`).
+        max: u64,
+    },
     /// The transaction's changes do not fit in one journal record.
     #[error(
         "the transaction's changes take {len} bytes, more than the {max}-byte limit of one \
          journal record (raise the journal segment size, or commit in smaller transactions)"
     )]
-    TransactionTooLarge { len: usize, max: usize },
+    TransactionTooLarge {
+        /// The bytes the transaction's record would take.
+        len: usize,
+        /// The largest record the journal takes, in bytes.
+        max: usize,
+    },
     /// No table has this name.
     #[error("no table named {0:?}")]
     NoSuchTable(String),
     /// A table name that is empty or too long.
     #[error("bad table name {name:?}: {reason}")]
-    BadTableName { name: String, reason: &'static str },
+    BadTableName {
+        /// The name given.
+        name: String,
+        /// What is wrong with it.
+        reason: &'static str,
+    },
     /// An earlier failure stopped the store from accepting writes.
     #[error(
         "the store stopped accepting writes after a failure ({0}); reads of durable data still \
@@ -69,7 +99,12 @@ pub enum DbError {
          memory it reads, and old read transactions would keep more than {limit} bytes of it \
          alive (reader_pinned_bytes); drop it and begin a new one"
     )]
-    SnapshotTooOld { lsn: u64, limit: u64 },
+    SnapshotTooOld {
+        /// The LSN of the snapshot the read transaction reads.
+        lsn: u64,
+        /// The store's `reader_pinned_bytes`.
+        limit: u64,
+    },
     /// Options that cannot work.
     #[error("invalid store options: {0}")]
     BadOptions(String),

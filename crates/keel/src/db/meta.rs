@@ -44,13 +44,16 @@ const _: () = assert!(META_BYTES == 128);
 /// none).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct PageRef {
+    /// The page's number (0: no page).
     pub page: u64,
+    /// The CRC32C the page's header must carry.
     pub crc: u32,
 }
 
 /// One meta page's contents.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Meta {
+    /// The data file's page size in bytes.
     pub page_size: u32,
     /// Counts checkpoints; the valid meta with the highest wins.
     pub generation: u64,
@@ -72,16 +75,26 @@ pub struct Meta {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Error)]
 #[non_exhaustive]
 pub enum MetaError {
+    /// The page is all zeros: never written (or written over with zeros).
     #[error("blank (zeros)")]
     Blank,
+    /// The page does not start with the meta page's magic and type.
     #[error("not a meta page (bad magic or page type)")]
     BadMagic,
+    /// The checksum does not match the page's bytes: torn or corrupt.
     #[error("checksum mismatch")]
     BadChecksum,
+    /// A data format version this build does not read.
     #[error("unsupported data format version {0}")]
     UnsupportedVersion(u32),
+    /// A page size or page count that cannot be.
     #[error("impossible sizes (page size {page_size}, {page_count} pages)")]
-    BadGeometry { page_size: u32, page_count: u64 },
+    BadGeometry {
+        /// The page size recorded, in bytes.
+        page_size: u32,
+        /// The page count recorded.
+        page_count: u64,
+    },
 }
 
 impl Meta {

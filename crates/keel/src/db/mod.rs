@@ -256,6 +256,7 @@ pub struct Database {
 /// What [`Database::stats`] reports.
 #[derive(Debug, Clone, Default)]
 pub struct Stats {
+    /// The data file's page size in bytes.
     pub page_size: usize,
     /// Pages in the data file (its high-water mark), meta pages included.
     pub page_count: u64,
@@ -270,9 +271,11 @@ pub struct Stats {
     pub checkpoint_generation: u64,
     /// The newest LSN readers see.
     pub published_lsn: Lsn,
-    /// Checkpoints taken since open, their pages and time.
+    /// Checkpoints taken since open.
     pub checkpoints: u64,
+    /// Pages those checkpoints wrote (tree, overflow and free-list pages).
     pub checkpoint_pages: u64,
+    /// Time those checkpoints took, start to end, in milliseconds.
     pub checkpoint_ms: f64,
     /// Parts checkpoints wrote before their last: each time a fold's
     /// changed pages reached `fold_bytes`.
@@ -331,16 +334,19 @@ pub struct Stats {
     /// Bytes the memtables hold (an estimate): what was committed since
     /// the last checkpoint, and what a running checkpoint is folding.
     pub dirty_bytes: u64,
-    /// Keys in the memtables, and their versions (each commit that
-    /// changed a key adds one).
+    /// Keys in the memtables.
     pub memtable_keys: u64,
+    /// Versions of those keys in the memtables (each commit that changed
+    /// a key adds one).
     pub memtable_versions: u64,
     /// Bytes of memtables that checkpoints replaced and that open read
     /// transactions keep alive (bounded by `reader_pinned_bytes`).
     pub reader_pinned_bytes: u64,
     /// Read transactions expired since open ([`DbError::SnapshotTooOld`]).
     pub snapshots_expired: u64,
+    /// The page cache's counters since open.
     pub cache: CacheStats,
+    /// The journal's counters since open.
     pub journal: JournalStats,
 }
 
@@ -531,7 +537,9 @@ pub struct CheckReport {
 /// The store's size limits.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Limits {
+    /// The longest key, in bytes (it depends on the page size).
     pub max_key_bytes: usize,
+    /// The longest value, in bytes.
     pub max_value_bytes: u64,
     /// The most bytes of one transaction's journal record: 1, plus 11 and
     /// its key and value for each put, 7 and its key for each delete (the

@@ -26,7 +26,11 @@ pub struct DeviceInfo {
     pub write_cache: Option<String>,
     /// `queue/fua`: whether the device supports Force Unit Access writes.
     pub fua: Option<bool>,
+    /// `queue/logical_block_size`, in bytes: the alignment direct I/O
+    /// needs.
     pub logical_block_size: Option<usize>,
+    /// `queue/physical_block_size`, in bytes: the smallest unit the device
+    /// writes atomically (at least the logical block size).
     pub physical_block_size: Option<usize>,
     /// `uname -r`.
     pub kernel: Option<String>,

@@ -14,8 +14,12 @@ pub enum IoError {
     // chained printers (`{:#}`) would show it twice.
     #[error("{op} {path}: {error}")]
     Os {
+        /// The operation that failed (`open`, `write`, `fdatasync`…).
         op: &'static str,
+        /// The file or directory it was applied to.
         path: PathBuf,
+        /// The error the operating system returned (or the one
+        /// [`crate::io::SimVfs`] injected).
         error: std::io::Error,
     },
     /// `O_DIRECT` was refused (tmpfs and some network file systems answer
@@ -24,15 +28,23 @@ pub enum IoError {
         "direct I/O (O_DIRECT) is not supported for {path}: the file system refused it \
          (tmpfs does); use a buffered durable method instead, e.g. `fdatasync` or `odsync`"
     )]
-    DirectUnsupported { path: PathBuf },
+    DirectUnsupported {
+        /// The file that could not be opened with `O_DIRECT`.
+        path: PathBuf,
+    },
     /// A direct-I/O request that is not aligned to the logical block size.
     #[error(
         "direct I/O needs every {what} to be a multiple of the {block}-byte logical block size; \
          got {value}"
     )]
     Misaligned {
+        /// The logical block size in bytes that the request must be aligned
+        /// to.
         block: usize,
+        /// Which part of the request is misaligned: `length`, `offset` or
+        /// `buffer address`.
         what: &'static str,
+        /// The misaligned value (bytes, or the buffer's address).
         value: u64,
     },
     /// Not enough free space for a file we are about to write.
@@ -41,19 +53,32 @@ pub enum IoError {
          free some space or choose a smaller size"
     )]
     NoSpace {
+        /// The directory that holds (or is to hold) the file.
         path: PathBuf,
+        /// Bytes needed: what the write or the new file would add.
         needed: u64,
+        /// Bytes available to this process on that file system.
         available: u64,
     },
     /// Another process (or handle) holds the lock.
     #[error("{path} is locked: it is in use by another process")]
-    Locked { path: PathBuf },
+    Locked {
+        /// The lock file.
+        path: PathBuf,
+    },
     /// A read past the end of a file.
     #[error("unexpected end of file reading {path} at offset {offset}")]
-    UnexpectedEof { path: PathBuf, offset: u64 },
+    UnexpectedEof {
+        /// The file being read.
+        path: PathBuf,
+        /// The byte offset where the file ended before the read was
+        /// complete.
+        offset: u64,
+    },
     /// The kernel refused io_uring (disabled by sysctl, seccomp, or too old).
     #[error("io_uring is not available: {source}; use a method without `uring`")]
     UringUnavailable {
+        /// The error the kernel returned when the ring was set up.
         #[source]
         source: std::io::Error,
     },
@@ -63,7 +88,10 @@ pub enum IoError {
     Crashed,
     /// A path that does not exist (simulated file system).
     #[error("{path}: no such file or directory")]
-    NotFound { path: PathBuf },
+    NotFound {
+        /// The missing path.
+        path: PathBuf,
+    },
 }
 
 impl IoError {

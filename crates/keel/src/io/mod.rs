@@ -86,7 +86,11 @@ pub enum IoEngine {
 /// Options for [`Vfs::open`]. Files are created with permissions 0600.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct OpenOptions {
+    /// How the descriptor is opened, which decides whether writes are
+    /// durable by themselves.
     pub mode: OpenMode,
+    /// How writes are submitted to the kernel ([`IoEngine::Psync`] unless
+    /// set with [`OpenOptions::engine`]).
     pub engine: IoEngine,
     /// Create the file if it does not exist.
     pub create: bool,
@@ -108,22 +112,26 @@ impl OpenOptions {
         }
     }
 
+    /// Create the file if it does not exist.
     pub fn create(mut self, yes: bool) -> Self {
         self.create = yes;
         self
     }
 
+    /// Create the file, failing if it exists (`yes` also sets `create`).
     pub fn create_new(mut self, yes: bool) -> Self {
         self.create_new = yes;
         self.create = self.create || yes;
         self
     }
 
+    /// Open for reading only.
     pub fn read_only(mut self, yes: bool) -> Self {
         self.read_only = yes;
         self
     }
 
+    /// Submit writes with `engine`.
     pub fn engine(mut self, engine: IoEngine) -> Self {
         self.engine = engine;
         self

@@ -86,25 +86,39 @@ pub enum OpKind {
 /// The operation a crash point stopped: what, on which file, where.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct CrashOp {
+    /// The operation (`write`, `zero-fill`, `fdatasync`, `rename`…).
     pub op: &'static str,
+    /// The file or directory it applied to (for a rename, the source).
     pub path: PathBuf,
+    /// The byte offset of a write; `None` for other operations.
     pub offset: Option<u64>,
 }
 
 /// Counts of what the layer has seen, for tests that report coverage.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct SimStats {
+    /// Writes applied to a file (zero-fills included).
     pub writes: u64,
+    /// Successful file syncs (`fsync` or `fdatasync`).
     pub syncs: u64,
+    /// Successful directory syncs ([`Vfs::sync_dir`]).
     pub dir_syncs: u64,
+    /// Files renamed.
     pub renames: u64,
+    /// Files removed.
     pub removes: u64,
+    /// Files created.
     pub creates: u64,
+    /// Calls to [`SimVfs::crash`].
     pub crashes: u64,
     /// Durable writes that spent a while in flight (see
     /// [`SimVfs::set_in_flight`]).
     pub in_flight: u64,
+    /// Operations acknowledged as durable but left out of the durable image
+    /// (see [`SimVfs::set_lying`]).
     pub lies: u64,
+    /// Writes that landed at another offset (see
+    /// [`SimVfs::set_misdirect`]).
     pub misdirects: u64,
     /// Failed syncs that dropped the file's pending writes (see
     /// [`SimVfs::set_failed_sync_drops`]).

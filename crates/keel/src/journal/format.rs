@@ -78,9 +78,14 @@ pub fn lz4_decode(stored: &[u8], max_len: usize) -> Option<Vec<u8>> {
 /// The identity of a segment, from its header.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SegmentHeader {
+    /// Bytes per block: every write is a multiple of it and aligned to it.
     pub block_size: u32,
+    /// Random, chosen when the journal is created; every segment of a
+    /// journal carries the same one.
     pub store_id: u64,
+    /// The segment's sequence number; must equal the one in the file name.
     pub seq: u64,
+    /// The segment file's length in bytes.
     pub segment_size: u64,
     /// Where LSN numbering goes on: the journal's next LSN when the header
     /// was written (ahead of need for a spare; exactly `lsn + 1` when
@@ -100,8 +105,11 @@ pub struct SegmentHeader {
 pub enum HeaderError {
     /// All zeros: a segment being prepared.
     Blank,
+    /// The first 8 bytes are not the magic `KEELSEG1`.
     BadMagic,
+    /// The header does not match its CRC32C: torn or corrupt.
     BadChecksum,
+    /// A format version other than [`FORMAT_VERSION`] (the version found).
     UnsupportedVersion(u32),
     /// A block size, segment size or write size no journal writes (the
     /// checksum matched: written that way, or corrupt before it was
@@ -192,10 +200,16 @@ impl SegmentHeader {
 /// The fixed fields of a record.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RecordHeader {
+    /// The payload length in bytes, as stored (after compression).
     pub len: u32,
+    /// The record's log sequence number.
     pub lsn: u64,
+    /// The sequence number of the segment the record was written into.
     pub seq: u64,
+    /// The epoch the record was written in: a random value chosen at every
+    /// open and every `truncate_after`.
     pub salt: u32,
+    /// The record's flag bits: [`FLAG_EPOCH_START`], [`FLAG_LZ4`].
     pub flags: u16,
 }
 

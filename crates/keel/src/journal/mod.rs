@@ -112,6 +112,7 @@ pub struct JournalOptions {
     pub block_size_bytes: usize,
     /// Cap on the bytes of one batch write.
     pub max_write_bytes: usize,
+    /// What recovery does at open when it meets a record it cannot accept.
     pub recovery_mode: RecoveryMode,
     /// Prepared segments kept ahead of the active one.
     pub spare_segments: usize,
@@ -217,12 +218,24 @@ pub enum JournalError {
     /// Another process (or handle) has the journal open.
     #[error("journal {0} is in use by another process (its LOCK file is held)")]
     Locked(PathBuf),
+    /// A record larger than [`JournalOptions::max_record_bytes`] was
+    /// submitted; nothing was queued.
     #[error("record of {len} bytes is larger than the maximum of {max} bytes")]
-    RecordTooLarge { len: usize, max: usize },
+    RecordTooLarge {
+        /// The record's payload length in bytes.
+        len: usize,
+        /// The largest payload the journal accepts, in bytes.
+        max: usize,
+    },
     /// A record marked compressed whose payload does not decompress (its
     /// checksum matched, so it was written that way).
     #[error("record {lsn}: compressed payload does not decode")]
-    BadCompressedRecord { lsn: Lsn },
+    BadCompressedRecord {
+        /// The LSN of the record.
+        lsn: Lsn,
+    },
+    /// The [`JournalOptions`] are inconsistent or do not suit the device;
+    /// the message says which setting and why.
     #[error("invalid journal options: {0}")]
     BadOptions(String),
     /// `RecoveryMode::RefuseCorruption` found damage followed by valid
@@ -233,27 +246,54 @@ pub enum JournalError {
          journal check`; open with RecoveryMode::StopAtFirstBad to keep the prefix"
     )]
     Corrupt {
+        /// The sequence number of the damaged segment.
         seq: u64,
+        /// The byte offset of the damage in that segment file (0 for a
+        /// damaged header).
         pos: u64,
+        /// What was found there.
         reason: String,
+        /// The LSN of the valid record found after the damage (for a damaged
+        /// header below the chain: the chain's first LSN, or its base LSN if
+        /// it holds no record).
         later_lsn: u64,
     },
+    /// A segment file whose header carries another store id than the
+    /// segments before it: files of two journals are mixed in one directory.
     #[error(
         "segment {path} belongs to another journal (store id {found:#x}, expected {expected:#x})"
     )]
     ForeignSegment {
+        /// The segment file.
         path: PathBuf,
+        /// The store id of the segments scanned before this one.
         expected: u64,
+        /// The store id in this segment's header.
         found: u64,
     },
+    /// The journal's existing segments were written with a block size other
+    /// than [`JournalOptions::block_size_bytes`] (an existing journal keeps
+    /// the block size it was made with).
     #[error("segment {path} was written with block size {found}, but the journal uses {expected}")]
     BlockSizeMismatch {
+        /// The first segment file with a valid header.
         path: PathBuf,
+        /// The block size in bytes the journal was opened with.
         expected: usize,
+        /// The block size in bytes the first valid segment header states.
         found: usize,
     },
+    /// [`Journal::truncate_after`] was asked to cut below the journal's
+    /// first record.
     #[error("cannot truncate after lsn {lsn}: records before lsn {first} were released")]
-    TruncateBeforeStart { lsn: Lsn, first: Lsn },
+    TruncateBeforeStart {
+        /// The LSN to truncate after.
+        lsn: Lsn,
+        /// The LSN of the journal's first record (its next LSN if it holds
+        /// none).
+        first: Lsn,
+    },
+    /// [`inspect`] found no segment files in the directory.
     #[error("{0} is not a journal directory (no segment files)")]
     NotAJournal(PathBuf),
 }
@@ -267,7 +307,9 @@ impl From<IoError> for JournalError {
 /// What recovery found when the journal was opened.
 #[derive(Debug, Clone)]
 pub struct RecoveryReport {
+    /// The LSN of the first recovered record (`None` if none was recovered).
     pub first_lsn: Option<Lsn>,
+    /// The LSN of the last recovered record (`None` if none was recovered).
     pub last_lsn: Option<Lsn>,
     /// Where the recovered records end and why: (segment, byte, reason).
     pub stop: Option<(u64, u64, StopReason)>,
@@ -409,10 +451,15 @@ impl Journal {
 /// Counters of a journal's activity since open.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct JournalStats {
+    /// Batch writes made durable.
     pub writes: u64,
+    /// Records in those writes.
     pub records: u64,
+    /// Bytes those writes covered, padded to whole blocks.
     pub bytes_written: u64,
+    /// Times appends moved on to the next segment.
     pub rollovers: u64,
+    /// Rollovers that had to wait for a spare segment to be prepared.
     pub rollover_waits: u64,
     /// Spare segments made from released files (rename + new header).
     pub segments_recycled: u64,

@@ -24,11 +24,16 @@ use crate::io::{OpenMode, OpenOptions, Vfs, VfsFile};
 /// One accepted record's place.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RecordInfo {
+    /// The record's LSN.
     pub lsn: u64,
     /// Byte offset of the record header in its segment file.
     pub pos: u64,
+    /// The payload length in bytes, as stored (compressed when `flags` has
+    /// `FLAG_LZ4`).
     pub len: u32,
+    /// The epoch the record was written in.
     pub salt: u32,
+    /// The record's flag bits (`FLAG_EPOCH_START`, `FLAG_LZ4`).
     pub flags: u16,
 }
 
@@ -46,8 +51,11 @@ pub enum StopReason {
     /// epoch's, or out of LSN order (left over from a recycled segment or an
     /// earlier life of this one).
     Stale {
+        /// The LSN the record carries.
         lsn: u64,
+        /// The segment sequence number the record carries.
         seq: u64,
+        /// The LSN the chain expected next (0 before its first record).
         expected_lsn: u64,
     },
 }
@@ -86,9 +94,15 @@ impl std::fmt::Display for StopReason {
 /// What a scan found in one segment file.
 #[derive(Debug, Clone)]
 pub struct SegmentScan {
+    /// The sequence number in the file name.
     pub seq: u64,
+    /// The segment file.
     pub path: PathBuf,
+    /// The decoded header, or why it was not accepted
+    /// ([`HeaderError::SeqMismatch`] when it names another segment).
     pub header: Result<SegmentHeader, HeaderError>,
+    /// The file's length in bytes (damage when it differs from the
+    /// header's `segment_size`).
     pub file_len: u64,
     /// Records accepted as part of the chain.
     pub records: Vec<RecordInfo>,
@@ -103,11 +117,16 @@ pub struct SegmentScan {
 /// The outcome of scanning a journal directory.
 #[derive(Debug, Clone)]
 pub struct Scan {
+    /// Every segment file in the directory, in sequence order.
     pub segments: Vec<SegmentScan>,
     /// The store id shared by the segments (None for an empty directory).
     pub store_id: Option<u64>,
+    /// The LSN of the chain's first record (None when it holds none).
     pub first_lsn: Option<u64>,
+    /// The LSN of the chain's last record (None when it holds none).
     pub last_lsn: Option<u64>,
+    /// The salt of the chain's last record: its last epoch (None when it
+    /// holds no record).
     pub last_salt: Option<u32>,
     /// Where and why the chain stopped: (segment seq, byte offset, reason).
     pub stop: Option<(u64, u64, StopReason)>,
@@ -222,6 +241,8 @@ pub fn list_segments(vfs: &dyn Vfs, dir: &Path) -> Result<Vec<(u64, PathBuf)>, J
 pub struct ChainCursor {
     /// The LSN the next record must have (None before the first record).
     pub expected_lsn: Option<u64>,
+    /// The salt the next record must carry unless it starts an epoch (None
+    /// before the first record).
     pub salt: Option<u32>,
 }
 
