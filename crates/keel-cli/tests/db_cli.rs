@@ -257,6 +257,16 @@ fn json_and_hex_round_trip() {
     );
     ok(&["put", s(&tabbed), "k", "v"]);
     assert_eq!(stdout(&ok(&["scan", s(&tabbed)])), "k\tv\n");
+    // A table name with a line break: `tables` lists it with --json only.
+    ok(&["put", s(&tabbed), "--table", "two\nlines", "k", "v"]);
+    let text = db(&["tables", s(&tabbed)]);
+    assert_eq!(code(&text), 2);
+    assert!(stderr(&text).contains("--json"), "{}", stderr(&text));
+    let tables = json(&ok(&["tables", s(&tabbed), "--json"]));
+    assert_eq!(
+        tables["tables"],
+        serde_json::json!(["default", "two\nlines"])
+    );
     let tables = json(&ok(&["tables", st, "--json"]));
     assert_eq!(tables["tables"], serde_json::json!(["default"]));
     let del = json(&ok(&["del", st, "--hex", "--json", "00ff"]));

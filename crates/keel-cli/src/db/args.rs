@@ -50,7 +50,8 @@ pub enum DbCommand {
     /// (--prefix), at most --limit.
     #[command(after_help = format!("{ENCODING}\n\n{EXIT_CODES}"))]
     Scan(ScanArgs),
-    /// List the store's tables, one name a line, sorted.
+    /// List the store's tables, one name a line, sorted (a name holding a
+    /// line break is listed with --json only).
     #[command(after_help = EXIT_CODES)]
     Tables(StoreArgs),
     /// Print the store's figures: pages (in the file, free, waiting to be

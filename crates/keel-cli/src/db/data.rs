@@ -403,6 +403,13 @@ pub fn tables(a: StoreArgs) -> Result<ExitCode, Failure> {
     if a.out.json {
         print_json(&Tables { tables })?;
     } else {
+        // One name a line: a name holding a line break would read as two.
+        if let Some(t) = tables.iter().find(|t| t.contains(['\n', '\r'])) {
+            return Err(Failure::bad_input(format!(
+                "the table name {t:?} holds a line break, which a one-name-a-line listing \
+                 cannot show; list the tables with --json"
+            )));
+        }
         for t in tables {
             println!("{t}");
         }
