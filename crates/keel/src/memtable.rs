@@ -563,6 +563,7 @@ impl MemTable {
         MemWriter {
             mem: self,
             arena: self.writer.lock().unwrap_or_else(PoisonError::into_inner),
+            _pinned: epoch::pin(),
         }
     }
 
@@ -706,6 +707,14 @@ impl Drop for MemTable {
 pub struct MemWriter<'m> {
     mem: &'m MemTable,
     arena: MutexGuard<'m, Arena>,
+    /// The epoch, pinned while the writer lives: each insert pins it
+    /// again, and a pin inside a pin costs a counter's increment, where
+    /// the outermost one costs a full fence (and, every 128th, an attempt
+    /// to advance the global epoch). Inserting a commit's 100 puts, the
+    /// helper spent 8.8 % of its samples pinning (w3, `perf`). Dropped
+    /// after the arena's lock (fields drop in order): nodes retired
+    /// meanwhile are freed, if they are, without the lock held.
+    _pinned: Guard,
 }
 
 impl MemWriter<'_> {
