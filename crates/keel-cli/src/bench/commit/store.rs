@@ -230,16 +230,6 @@ pub(super) fn run(spec: &Spec, dir: &Path, pool: &ValuePool) -> anyhow::Result<O
     settle(dir);
     let mut out = timed(spec, pool, &c)?;
     let after = c.db.stats();
-    let per_commit_us = |ns: u64| round(ns as f64 / 1e3 / out.commits.max(1) as f64, 2);
-    let sum = |f: fn(&Timers) -> &AtomicU64| -> u64 {
-        c.timers.iter().map(|t| f(t).load(Ordering::Relaxed)).sum()
-    };
-    let (begin_ns, build_ns, commit_ns) = (
-        sum(|t| &t.begin_ns),
-        sum(|t| &t.build_ns),
-        sum(|t| &t.commit_ns),
-    );
-    let writer_ns = ((after.commit_writer_ms - before.commit_writer_ms) * 1e6) as u64;
     let mut info = json!({
         "engine": "store",
         "method": c.db.journal().method().name(),
@@ -259,6 +249,42 @@ pub(super) fn run(spec: &Spec, dir: &Path, pool: &ValuePool) -> anyhow::Result<O
             format_size_approx(expected_bytes),
             setup_ms
         ),
+        "durable": "each commit returns once its journal record is durable (Durability::Immediate): \
+                    the journal's O_DIRECT|O_DSYNC write (or write + fdatasync) of its batch; \
+                    checkpoints write the data file in the background",
+    });
+    merge(&mut info, timings_json(&c, &before, &after, out.commits));
+    merge(&mut info, stats_json(&before, &after));
+    let t1 = Instant::now();
+    c.db.close()?;
+    info["after_timing"] = json!(format!(
+        "closed the store (a final checkpoint) in {:.0} ms",
+        t1.elapsed().as_secs_f64() * 1e3
+    ));
+    out.info = info;
+    Ok(out)
+}
+
+/// Where the timed run's commits spent their time, per commit: the
+/// committers' own timers (begin, build, the whole commit call) and the
+/// store's writer-slot time between the `before` and `after` stats.
+fn timings_json(
+    c: &StoreCommitter,
+    before: &Stats,
+    after: &Stats,
+    commits: u64,
+) -> serde_json::Value {
+    let per_commit_us = |ns: u64| round(ns as f64 / 1e3 / commits.max(1) as f64, 2);
+    let sum = |f: fn(&Timers) -> &AtomicU64| -> u64 {
+        c.timers.iter().map(|t| f(t).load(Ordering::Relaxed)).sum()
+    };
+    let (begin_ns, build_ns, commit_ns) = (
+        sum(|t| &t.begin_ns),
+        sum(|t| &t.build_ns),
+        sum(|t| &t.commit_ns),
+    );
+    let writer_ns = ((after.commit_writer_ms - before.commit_writer_ms) * 1e6) as u64;
+    json!({
         "begin_wait_us_per_commit": per_commit_us(begin_ns),
         "build_us_per_commit": per_commit_us(build_ns),
         "commit_writer_us_per_commit": per_commit_us(writer_ns),
@@ -271,19 +297,7 @@ pub(super) fn run(spec: &Spec, dir: &Path, pool: &ValuePool) -> anyhow::Result<O
                    list, no slot held; commit_wait = the rest of the commit call (waiting for the \
                    slot or the group's leader, for the journal, publishing); begin_wait = \
                    begin_write (backpressure only)",
-        "durable": "each commit returns once its journal record is durable (Durability::Immediate): \
-                    the journal's O_DIRECT|O_DSYNC write (or write + fdatasync) of its batch; \
-                    checkpoints write the data file in the background",
-    });
-    merge(&mut info, stats_json(&before, &after));
-    let t1 = Instant::now();
-    c.db.close()?;
-    info["after_timing"] = json!(format!(
-        "closed the store (a final checkpoint) in {:.0} ms",
-        t1.elapsed().as_secs_f64() * 1e3
-    ));
-    out.info = info;
-    Ok(out)
+    })
 }
 
 fn merge(into: &mut serde_json::Value, from: serde_json::Value) {
