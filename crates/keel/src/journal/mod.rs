@@ -17,6 +17,7 @@
 mod format;
 mod leader;
 mod open;
+mod records;
 mod scan;
 mod segments;
 mod truncate;
@@ -29,8 +30,9 @@ pub use format::{
     lz4_decode, HeaderError, RecordError, SegmentHeader, FLAG_EPOCH_START, FLAG_LZ4,
     FORMAT_VERSION, RECORD_HEADER_BYTES, SEGMENT_HEADER_BYTES,
 };
+pub use records::Records;
 pub use scan::{RecordInfo, Scan, SegmentScan, StopReason, SET_ASIDE_SUFFIX};
-pub use writer::{CommitHandle, Records};
+pub use writer::CommitHandle;
 
 use crate::io::{IoError, Vfs, WriteMethod};
 
@@ -384,7 +386,7 @@ impl Journal {
 
     /// Iterate the durable records with LSN ≥ `from`.
     pub fn read_from(&self, from: Lsn) -> Result<Records, JournalError> {
-        writer::read_from(&self.shared, from)
+        records::read_from(&self.shared, from)
     }
 
     /// Prepare spare segments now, in the calling thread, until they can
