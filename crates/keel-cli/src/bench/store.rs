@@ -429,6 +429,51 @@ fn legs_lines(rows: &[serde_json::Value]) -> String {
     out
 }
 
+/// Each round's rates and the store's ratio to each reference in that
+/// round: the spread behind the medians (one round of these VMs can be
+/// 30 % off another).
+fn round_lines(rows: &[serde_json::Value], rounds: u32) -> String {
+    if rounds < 2 {
+        return String::new();
+    }
+    let per_s = |v: &serde_json::Value| -> Vec<f64> {
+        v.as_array()
+            .map(|a| a.iter().filter_map(serde_json::Value::as_f64).collect())
+            .unwrap_or_default()
+    };
+    let mut out = String::from(
+        "
+By round:
+",
+    );
+    for r in rows {
+        let store = per_s(&r["store_per_s"]);
+        let mut line = format!(
+            "- {} T={}: store {}",
+            r["workload"].as_str().unwrap_or("?"),
+            r["threads"],
+            store
+                .iter()
+                .map(|x| number(*x, 0))
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+        if let Some(refs) = r["references"].as_object() {
+            for (name, v) in refs {
+                let ratios: Vec<String> = store
+                    .iter()
+                    .zip(per_s(&v["per_s"]))
+                    .map(|(s, e)| number(s / e, 3))
+                    .collect();
+                line += &format!("; store/{name} {}", ratios.join(", "));
+            }
+        }
+        out += &line;
+        out.push('\n');
+    }
+    out
+}
+
 /// The table of results, a row per workload and thread count.
 fn results_table(rows: &[serde_json::Value]) -> Table {
     let mut t = Table::new(&[
@@ -515,6 +560,7 @@ fn render(
         }
     );
     out += &t.render();
+    out += &round_lines(rows, a.rounds);
     out += &legs_lines(rows);
     out += &invocations(
         runs.iter()
@@ -522,4 +568,27 @@ fn render(
             .map(|r| (r.config.engine, engine_name(r.config.engine), &r.args[..])),
     );
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Each round's rates, and the store's ratio to each reference round
+    /// by round (not to the references' medians).
+    #[test]
+    fn round_lines_pair_rounds() {
+        let rows = [json!({
+            "workload": "w3",
+            "threads": 1,
+            "store_per_s": [800.0, 900.0, 1000.0],
+            "references": {"journal": {"per_s": [1000.0, 900.0, 800.0]}},
+        })];
+        let text = round_lines(&rows, 3);
+        assert!(
+            text.contains("- w3 T=1: store 800, 900, 1,000; store/journal 0.800, 1.000, 1.250"),
+            "{text}"
+        );
+        assert_eq!(round_lines(&rows, 1), "");
+    }
 }
