@@ -22,6 +22,7 @@ use super::store::{lock, Shared, WriterState, KEEP_RECORD_BUF_BYTES};
 use super::Durability;
 use crate::btree::MAX_VALUE_BYTES;
 use crate::journal::Lsn;
+use crate::memtable::INSERT_GROUP;
 
 // ----- write transactions -----------------------------------------------
 
@@ -263,10 +264,24 @@ impl Blind {
     /// [`Blind::encode_direct`] gave `ids`).
     pub(crate) fn apply_direct(&self, layer: &Layer, ids: &[u32], lsn: Lsn) {
         let mut w = layer.mem.writer();
-        let mut key = Vec::with_capacity(64);
-        for (slot, k, v) in self.puts() {
-            set_full_key(&mut key, ids[slot], k);
-            w.insert(&key, lsn, Some(v));
+        // Full keys built a group at a time: `insert_all` goes down the
+        // memtable for a group's keys together.
+        let mut keys: [Vec<u8>; INSERT_GROUP] = std::array::from_fn(|_| Vec::with_capacity(64));
+        let mut values: [&[u8]; INSERT_GROUP] = [&[]; INSERT_GROUP];
+        let mut puts = self.puts();
+        loop {
+            let mut n = 0;
+            for (slot, k, v) in puts.by_ref().take(INSERT_GROUP) {
+                set_full_key(&mut keys[n], ids[slot], k);
+                values[n] = v;
+                n += 1;
+            }
+            if n == 0 {
+                return;
+            }
+            let group: [(&[u8], Option<&[u8]>); INSERT_GROUP] =
+                std::array::from_fn(|i| (&keys[i][..], Some(values[i])));
+            w.insert_all(lsn, &group[..n]);
         }
     }
 }

@@ -143,6 +143,63 @@ fn a_large_random_fill_keeps_order_and_every_key() {
     assert!(half > 0 && half < all.len());
 }
 
+/// `insert_all` leaves the memtable as inserting each put in turn does:
+/// with keys repeated inside a group (the later value wins), groups whose
+/// first key splits a leaf or the root (the others then descend again),
+/// and a tree four levels deep (100,000 keys; a node holds 32).
+#[test]
+fn insert_all_equals_inserting_one_by_one() {
+    let mut rng = rand::rngs::SmallRng::seed_from_u64(11);
+    let (grouped, single) = (MemTable::new(), MemTable::new());
+    let mut model: BTreeMap<Vec<u8>, Vec<u8>> = BTreeMap::new();
+    let mut keys: Vec<Vec<u8>> = Vec::new();
+    for lsn in 1..=1_000u64 {
+        let n = rng.random_range(1..=200);
+        let mut puts: Vec<(Vec<u8>, Vec<u8>)> = Vec::with_capacity(n);
+        for i in 0..n {
+            let key = if !keys.is_empty() && rng.random_ratio(1, 5) {
+                // An older key, or one of this batch (a repeat in a group).
+                if i > 0 && rng.random_bool(0.5) {
+                    puts[rng.random_range(0..i)].0.clone()
+                } else {
+                    keys[rng.random_range(0..keys.len())].clone()
+                }
+            } else {
+                let k: [u8; 12] = rng.random();
+                k[..rng.random_range(1..=12)].to_vec()
+            };
+            let value = format!("{lsn}/{i}").into_bytes();
+            puts.push((key, value));
+        }
+        let refs: Vec<(&[u8], Option<&[u8]>)> =
+            puts.iter().map(|(k, v)| (&k[..], Some(&v[..]))).collect();
+        grouped.writer().insert_all(lsn, &refs);
+        let mut w = single.writer();
+        for (k, v) in &puts {
+            w.insert(k, lsn, Some(v));
+        }
+        for (k, v) in puts {
+            if !model.contains_key(&k) {
+                keys.push(k.clone());
+            }
+            model.insert(k, v);
+        }
+    }
+    let all = |m: &MemTable| -> Vec<(Vec<u8>, Vec<u8>)> {
+        m.range(Bound::Unbounded, Bound::Unbounded, Lsn::MAX)
+            .map(|(k, v)| (k.to_vec(), v.expect("a value").to_vec()))
+            .collect()
+    };
+    let want: Vec<(Vec<u8>, Vec<u8>)> = model.into_iter().collect();
+    assert!(want.len() > 50_000, "{}", want.len());
+    assert!(all(&grouped) == want);
+    assert!(all(&single) == want);
+    assert_eq!(grouped.len(), single.len());
+    for (k, v) in want.iter().step_by(97) {
+        assert_eq!(grouped.get(k, Lsn::MAX), Some(Some(&v[..])));
+    }
+}
+
 /// Readers scanning and getting while the writer inserts: at a published
 /// LSN, every key inserted at or below it is found, in order, and none
 /// above it.
@@ -274,13 +331,20 @@ fn measure_inserts_at_a_million_keys() {
     let value = vec![7u8; 100];
     // Memory faulted in beforehand, as a store's pool keeps it: what is
     // timed is the inserts, not the kernel backing fresh pages.
-    let pool = super::ChunkPool::new(512 << 20);
-    pool.prepare(400 << 20, &|| {});
-    let mem = MemTable::with_pool(Some(pool));
+    let table = || {
+        let pool = super::ChunkPool::new(512 << 20);
+        pool.prepare(400 << 20, &|| {});
+        MemTable::with_pool(Some(pool))
+    };
+    // The same keys into two memtables, one `insert` at a time and with
+    // `insert_all`, in turns of 100 transactions (the machine's noise
+    // falls on both).
+    let (mem, grouped) = (table(), table());
     let mut lsn = 0;
+    let mut grouped_ns = [0u128; 2];
     // Transactions of 100 random keys.
-    let mut batch = |n: usize, rng: &mut rand::rngs::SmallRng| {
-        let t = std::time::Instant::now();
+    let mut batch = |n: usize, rng: &mut rand::rngs::SmallRng, part: usize| {
+        let mut ns = 0;
         for _ in 0..n / 100 {
             lsn += 1;
             let mut keys = [[0u8; 20]; 100];
@@ -288,15 +352,27 @@ fn measure_inserts_at_a_million_keys() {
                 key[3] = 1;
                 rng.fill(&mut key[4..]);
             }
+            let t = std::time::Instant::now();
             let mut w = mem.writer();
             for key in &keys {
                 w.insert(key, lsn, Some(&value));
             }
+            drop(w);
+            ns += t.elapsed().as_nanos();
+            let puts: Vec<(&[u8], Option<&[u8]>)> =
+                keys.iter().map(|k| (&k[..], Some(&value[..]))).collect();
+            let t = std::time::Instant::now();
+            grouped.writer().insert_all(lsn, &puts);
+            grouped_ns[part] += t.elapsed().as_nanos();
         }
-        t.elapsed().as_nanos() as f64 / n as f64
+        ns as f64 / n as f64
     };
-    let first = batch(900_000, &mut rng);
-    let last = batch(100_000, &mut rng);
+    let first = batch(900_000, &mut rng, 0);
+    let last = batch(100_000, &mut rng, 1);
+    let (g_first, g_last) = (
+        grouped_ns[0] as f64 / 900_000.0,
+        grouped_ns[1] as f64 / 100_000.0,
+    );
     let t = std::time::Instant::now();
     let mut found = 0;
     for _ in 0..100_000 {
@@ -312,8 +388,9 @@ fn measure_inserts_at_a_million_keys() {
         .count();
     let scan_ns = t.elapsed().as_nanos() as f64 / n as f64;
     println!(
-        "memtable: insert {first:.0} ns (first 900k), {last:.0} ns (900k..1M); get (absent) \
-         {miss_ns:.0} ns; scan {scan_ns:.0} ns per key; {} MiB counted; {found} found",
+        "memtable: insert {first:.0} ns (first 900k), {last:.0} ns (900k..1M); insert_all \
+         {g_first:.0} and {g_last:.0} ns; get (absent) {miss_ns:.0} ns; scan {scan_ns:.0} ns \
+         per key; {} MiB counted; {found} found",
         mem.bytes() >> 20
     );
 }
