@@ -264,23 +264,33 @@ impl Blind {
     /// [`Blind::encode_direct`] gave `ids`).
     pub(crate) fn apply_direct(&self, layer: &Layer, ids: &[u32], lsn: Lsn) {
         let mut w = layer.mem.writer();
-        // Full keys built a group at a time: `insert_all` goes down the
-        // memtable for a group's keys together.
-        let mut keys: [Vec<u8>; INSERT_GROUP] = std::array::from_fn(|_| Vec::with_capacity(64));
+        // Full keys built a group at a time, one after the other in one
+        // buffer: `insert_all` goes down the memtable for a group's keys
+        // together.
+        let mut keys: Vec<u8> = Vec::with_capacity(INSERT_GROUP * 64);
+        let mut ends = [0usize; INSERT_GROUP];
         let mut values: [&[u8]; INSERT_GROUP] = [&[]; INSERT_GROUP];
         let mut puts = self.puts();
         loop {
+            keys.clear();
             let mut n = 0;
             for (slot, k, v) in puts.by_ref().take(INSERT_GROUP) {
-                set_full_key(&mut keys[n], ids[slot], k);
+                keys.extend_from_slice(&ids[slot].to_be_bytes());
+                keys.extend_from_slice(k);
+                ends[n] = keys.len();
                 values[n] = v;
                 n += 1;
             }
             if n == 0 {
                 return;
             }
-            let group: [(&[u8], Option<&[u8]>); INSERT_GROUP] =
-                std::array::from_fn(|i| (&keys[i][..], Some(values[i])));
+            let group: [(&[u8], Option<&[u8]>); INSERT_GROUP] = std::array::from_fn(|i| {
+                if i >= n {
+                    return (&[][..], None);
+                }
+                let start = if i == 0 { 0 } else { ends[i - 1] };
+                (&keys[start..ends[i]], Some(values[i]))
+            });
             w.insert_all(lsn, &group[..n]);
         }
     }
