@@ -239,28 +239,6 @@ fn json_and_hex_round_trip() {
     );
     // A key that is not UTF-8 cannot be printed as text: exit 2, use --hex.
     refused(&["scan", st], &["--hex"]);
-    // Nor can a tab or a line break in a key or value, in a `KEY<TAB>VALUE`
-    // line; --json shows them.
-    let tabbed = new_store("tabbed");
-    let tb = s(&tabbed);
-    ok(&["put", tb, "a\tb", "1"]);
-    refused(&["scan", tb], &["the key \"a\\tb\"", "--json"]);
-    ok(&["put", tb, "a\tb", "line\nbreak"]);
-    let scan = json(&ok(&["scan", tb, "--json"]));
-    assert_eq!(scan["entries"][0]["value"], "line\nbreak");
-    ok(&["del", tb, "a\tb"]);
-    ok(&["put", tb, "k", "line\nbreak"]);
-    refused(&["scan", tb], &["the value of key \"k\""]);
-    ok(&["put", tb, "k", "v"]);
-    assert_eq!(stdout(&ok(&["scan", tb])), "k\tv\n");
-    // A table name with a line break: `tables` lists it with --json only.
-    ok(&["put", tb, "--table", "two\nlines", "k", "v"]);
-    refused(&["tables", tb], &["--json"]);
-    let tables = json(&ok(&["tables", tb, "--json"]));
-    assert_eq!(
-        tables["tables"],
-        serde_json::json!(["default", "two\nlines"])
-    );
     let tables = json(&ok(&["tables", st, "--json"]));
     assert_eq!(tables["tables"], serde_json::json!(["default"]));
     let del = json(&ok(&["del", st, "--hex", "--json", "00ff"]));
@@ -281,6 +259,33 @@ fn json_and_hex_round_trip() {
     assert!(
         check["checked"]["disk"]["entries"].as_u64().unwrap() >= 1,
         "{check}"
+    );
+}
+
+/// A tab or a line break in a key or value cannot be printed in a
+/// `KEY<TAB>VALUE` line (exit 2, use --json), nor a line break in a table
+/// name in `tables`; --json shows them.
+#[test]
+fn text_lines_refuse_tabs_and_line_breaks() {
+    let tabbed = new_store("tabbed");
+    let tb = s(&tabbed);
+    ok(&["put", tb, "a\tb", "1"]);
+    refused(&["scan", tb], &["the key \"a\\tb\"", "--json"]);
+    ok(&["put", tb, "a\tb", "line\nbreak"]);
+    let scan = json(&ok(&["scan", tb, "--json"]));
+    assert_eq!(scan["entries"][0]["value"], "line\nbreak");
+    ok(&["del", tb, "a\tb"]);
+    ok(&["put", tb, "k", "line\nbreak"]);
+    refused(&["scan", tb], &["the value of key \"k\""]);
+    ok(&["put", tb, "k", "v"]);
+    assert_eq!(stdout(&ok(&["scan", tb])), "k\tv\n");
+    // A table name with a line break: `tables` lists it with --json only.
+    ok(&["put", tb, "--table", "two\nlines", "k", "v"]);
+    refused(&["tables", tb], &["--json"]);
+    let tables = json(&ok(&["tables", tb, "--json"]));
+    assert_eq!(
+        tables["tables"],
+        serde_json::json!(["default", "two\nlines"])
     );
 }
 

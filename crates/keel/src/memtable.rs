@@ -75,10 +75,9 @@ pub type Lsn = u64;
 
 /// Slots per node.
 const FANOUT: usize = 32;
-/// Keys whose descents [`MemWriter::insert_all`] interleaves (a caller
-/// that builds keys may build this many at a time).
-pub const INSERT_GROUP: usize = 4;
-const GROUP: usize = INSERT_GROUP;
+/// Keys whose descents [`MemWriter::insert_all`] interleaves (eight did
+/// no better, docs/bench-commit.md "Four descents at once").
+const GROUP: usize = 4;
 /// Key bytes compared inline in a node, without reading the entry.
 pub const HEAD_BYTES: usize = 24;
 /// The deepest a tree of at least [`FANOUT`] / 2 slots per node can be
@@ -825,10 +824,22 @@ impl MemWriter<'_> {
     /// their misses overlap instead of following one another. The keys
     /// are then inserted in order; one that splits a leaf changes the
     /// paths the others took, which then descend again alone.
-    pub fn insert_all<'k>(&mut self, lsn: Lsn, puts: &[(&'k [u8], Option<&'k [u8]>)]) {
-        for group in puts.chunks(GROUP) {
-            self.insert_group(lsn, group);
+    pub fn insert_all<'k>(
+        &mut self,
+        lsn: Lsn,
+        puts: impl IntoIterator<Item = (&'k [u8], Option<&'k [u8]>)>,
+    ) {
+        let mut group: [(&[u8], Option<&[u8]>); GROUP] = [(&[], None); GROUP];
+        let mut n = 0;
+        for put in puts {
+            group[n] = put;
+            n += 1;
+            if n == GROUP {
+                self.insert_group(lsn, &group);
+                n = 0;
+            }
         }
+        self.insert_group(lsn, &group[..n]);
     }
 
     fn insert_group(&mut self, lsn: Lsn, group: &[(&[u8], Option<&[u8]>)]) {

@@ -21,7 +21,7 @@ use super::record::Op;
 use super::store::lock;
 use crate::btree::{BtreeError, Change, Entry, Fork, PageCache, Tree, TreeMut};
 use crate::journal::Lsn;
-use crate::memtable::{ChunkPool, MemRange, MemTable, INSERT_GROUP};
+use crate::memtable::{ChunkPool, MemRange, MemTable};
 
 /// A memtable, and the tables dropped by the commits it holds.
 ///
@@ -50,30 +50,21 @@ impl Layer {
     /// Insert a record's changes under `lsn` (the one writer).
     pub(crate) fn apply(&self, ops: &[Op<'_>], lsn: Lsn) {
         let mut w = self.mem.writer();
-        // Puts and deletes go in a group at a time (`insert_all`), in
-        // order; a dropped table ends the group before it.
-        let mut group: [(&[u8], Option<&[u8]>); INSERT_GROUP] = [(&[], None); INSERT_GROUP];
-        let mut n = 0;
-        for op in ops {
-            let change = match *op {
-                Op::Put(k, v) => (k, Some(v)),
-                Op::PutShared(k, v) => (k, Some(&v[..])),
-                Op::Delete(k) => (k, None),
-                Op::DropTable(id) => {
-                    w.insert_all(lsn, &group[..n]);
-                    n = 0;
-                    lock(&self.drops).push(id);
-                    continue;
-                }
-            };
-            group[n] = change;
-            n += 1;
-            if n == INSERT_GROUP {
-                w.insert_all(lsn, &group);
-                n = 0;
+        // In order: the changes before a dropped table, then the drop.
+        for run in ops.split_inclusive(|op| matches!(op, Op::DropTable(_))) {
+            w.insert_all(
+                lsn,
+                run.iter().filter_map(|op| match *op {
+                    Op::Put(k, v) => Some((k, Some(v))),
+                    Op::PutShared(k, v) => Some((k, Some(&v[..]))),
+                    Op::Delete(k) => Some((k, None)),
+                    Op::DropTable(_) => None,
+                }),
+            );
+            if let Some(&Op::DropTable(id)) = run.last() {
+                lock(&self.drops).push(id);
             }
         }
-        w.insert_all(lsn, &group[..n]);
     }
 
     /// Where the memtable's memory comes from.

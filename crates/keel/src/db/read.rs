@@ -37,6 +37,11 @@ pub(crate) fn max_key_bytes(s: &Shared) -> usize {
 /// `out` = the full key of `key` in table `id`.
 pub(super) fn set_full_key(out: &mut Vec<u8>, id: u32, key: &[u8]) {
     out.clear();
+    push_full_key(out, id, key);
+}
+
+/// Append the full key of `key` in table `id` to `out`.
+pub(super) fn push_full_key(out: &mut Vec<u8>, id: u32, key: &[u8]) {
     out.extend_from_slice(&id.to_be_bytes());
     out.extend_from_slice(key);
 }

@@ -15,14 +15,13 @@ use super::error::{DbError, Result};
 use super::layers::{Base, Layer};
 use super::read::{
     as_ref, check_name, collect_names, decode_id, full_key, max_key_bytes, prefix_bounds,
-    set_full_key, table_bounds, Iter, KeyRange, Overlay, Value, CATALOG, PREFIX,
+    push_full_key, set_full_key, table_bounds, Iter, KeyRange, Overlay, Value, CATALOG, PREFIX,
 };
 use super::record::{self, Op, DELETE_FIXED_BYTES, DROP_BYTES, PUT_FIXED_BYTES, RECORD_TXN};
 use super::store::{lock, Shared, WriterState, KEEP_RECORD_BUF_BYTES};
 use super::Durability;
 use crate::btree::MAX_VALUE_BYTES;
 use crate::journal::Lsn;
-use crate::memtable::INSERT_GROUP;
 
 // ----- write transactions -----------------------------------------------
 
@@ -264,35 +263,21 @@ impl Blind {
     /// [`Blind::encode_direct`] gave `ids`).
     pub(crate) fn apply_direct(&self, layer: &Layer, ids: &[u32], lsn: Lsn) {
         let mut w = layer.mem.writer();
-        // Full keys built a group at a time, one after the other in one
-        // buffer: `insert_all` goes down the memtable for a group's keys
-        // together.
-        let mut keys: Vec<u8> = Vec::with_capacity(INSERT_GROUP * 64);
-        let mut ends = [0usize; INSERT_GROUP];
-        let mut values: [&[u8]; INSERT_GROUP] = [&[]; INSERT_GROUP];
-        let mut puts = self.puts();
-        loop {
-            keys.clear();
-            let mut n = 0;
-            for (slot, k, v) in puts.by_ref().take(INSERT_GROUP) {
-                keys.extend_from_slice(&ids[slot].to_be_bytes());
-                keys.extend_from_slice(k);
-                ends[n] = keys.len();
-                values[n] = v;
-                n += 1;
-            }
-            if n == 0 {
-                return;
-            }
-            let group: [(&[u8], Option<&[u8]>); INSERT_GROUP] = std::array::from_fn(|i| {
-                if i >= n {
-                    return (&[][..], None);
-                }
-                let start = if i == 0 { 0 } else { ends[i - 1] };
-                (&keys[start..ends[i]], Some(values[i]))
-            });
-            w.insert_all(lsn, &group[..n]);
+        // The full keys, one after the other in one buffer, so that
+        // `insert_all` can take several at a time.
+        let mut keys = Vec::with_capacity(self.puts.len() * (PREFIX + 16));
+        for (slot, k, _) in self.puts() {
+            push_full_key(&mut keys, ids[slot], k);
         }
+        let mut at = 0;
+        w.insert_all(
+            lsn,
+            self.puts().map(|(_, k, v)| {
+                let key = &keys[at..at + PREFIX + k.len()];
+                at += key.len();
+                (key, Some(v))
+            }),
+        );
     }
 }
 

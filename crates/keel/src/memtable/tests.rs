@@ -173,7 +173,7 @@ fn insert_all_equals_inserting_one_by_one() {
         }
         let refs: Vec<(&[u8], Option<&[u8]>)> =
             puts.iter().map(|(k, v)| (&k[..], Some(&v[..]))).collect();
-        grouped.writer().insert_all(lsn, &refs);
+        grouped.writer().insert_all(lsn, refs);
         let mut w = single.writer();
         for (k, v) in &puts {
             w.insert(k, lsn, Some(v));
@@ -362,7 +362,7 @@ fn measure_inserts_at_a_million_keys() {
             let puts: Vec<(&[u8], Option<&[u8]>)> =
                 keys.iter().map(|k| (&k[..], Some(&value[..]))).collect();
             let t = std::time::Instant::now();
-            grouped.writer().insert_all(lsn, &puts);
+            grouped.writer().insert_all(lsn, puts);
             grouped_ns[part] += t.elapsed().as_nanos();
         }
         ns as f64 / n as f64
