@@ -236,9 +236,9 @@ enum Member {
 enum Prepared {
     /// Replayed over the writer's state (`Active::replay`).
     Replayed(Active),
-    /// Straight from its puts (`Blind::encode_direct`): the puts, its
-    /// tables' ids, its record's bytes.
-    Direct(Blind, Vec<u32>, usize),
+    /// Straight from its puts (`Blind::encode_direct`): the puts (with
+    /// their full keys), its record's bytes.
+    Direct(Blind, usize),
 }
 
 impl Prepared {
@@ -559,14 +559,14 @@ impl Shared {
         self: &Arc<Self>,
         w: &WriterState,
         last_lsn: Lsn,
-        blind: Blind,
+        mut blind: Blind,
         record_buf: &mut Vec<u8>,
     ) -> Result<Option<(Prepared, std::result::Result<CommitHandle, JournalError>)>> {
-        if let Some((ids, rec)) = blind.encode_direct(self, w, record_buf)? {
+        if let Some(rec) = blind.encode_direct(self, w, record_buf)? {
             let bytes = rec.len();
-            let submitted = self.journal.submit_parts(&rec.parts());
+            let submitted = rec.submit(&self.journal);
             *record_buf = rec.into_buf();
-            return Ok(Some((Prepared::Direct(blind, ids, bytes), submitted)));
+            return Ok(Some((Prepared::Direct(blind, bytes), submitted)));
         }
         self.drain_applies();
         let view = WriterState::new(Arc::clone(&w.base), last_lsn);
@@ -581,8 +581,9 @@ impl Shared {
         if ops.is_empty() {
             return Ok(None);
         }
+        self.unapplied.keep_spare(blind);
         let rec = a.record(&ops, std::mem::take(record_buf))?;
-        let submitted = self.journal.submit_parts(&rec.parts());
+        let submitted = rec.submit(&self.journal);
         *record_buf = rec.into_buf();
         drop(ops);
         Ok(Some((Prepared::Replayed(a), submitted)))
@@ -662,7 +663,7 @@ impl Shared {
     /// then takes all); past twice the bound, all of them, waiting for
     /// the helper if need be: memory and readers' searches stay bounded.
     fn write_then_publish_run(self: &Arc<Self>, w: &WriterState, g: &mut Group) {
-        let Member::Submitted(Prepared::Direct(blind, ids, bytes), lsn) =
+        let Member::Submitted(Prepared::Direct(blind, bytes), lsn) =
             std::mem::replace(&mut g.members[0], Member::Applied)
         else {
             unreachable!("checked by the caller")
@@ -680,7 +681,7 @@ impl Shared {
         if h.wait_durable().is_err() {
             return;
         }
-        let run = Arc::new(Run::new(blind, ids, lsn));
+        let run = Arc::new(Run::new(blind, lsn));
         self.applied(&w.base, bytes);
         self.published.publish_run(Arc::clone(&run));
         // After publishing: a drain drops the run from the view once it is
@@ -738,9 +739,10 @@ impl Shared {
                     w.base.active.apply(&a.ops(), lsn);
                     self.applied(&w.base, a.size());
                 }
-                Prepared::Direct(b, ids, bytes) => {
-                    b.apply_direct(&w.base.active, &ids, lsn);
+                Prepared::Direct(b, bytes) => {
+                    b.apply_direct(&w.base.active, lsn);
                     self.applied(&w.base, bytes);
+                    self.unapplied.keep_spare(b);
                 }
             }
         }

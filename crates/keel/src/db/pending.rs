@@ -47,7 +47,6 @@ pub(crate) type Runs = Arc<Vec<Arc<Run>>>;
 pub(crate) struct Run {
     pub lsn: Lsn,
     blind: Blind,
-    ids: Vec<u32>,
     sorted: OnceLock<Sorted>,
 }
 
@@ -154,18 +153,17 @@ impl Sorted {
 impl Run {
     /// The run of `blind`'s puts (tables resolved to `ids`), committed at
     /// `lsn`. Costs nothing: see [`Run`].
-    pub(crate) fn new(blind: Blind, ids: Vec<u32>, lsn: Lsn) -> Run {
+    pub(crate) fn new(blind: Blind, lsn: Lsn) -> Run {
         Run {
             lsn,
             blind,
-            ids,
             sorted: OnceLock::new(),
         }
     }
 
     fn sorted(&self) -> &Sorted {
         self.sorted
-            .get_or_init(|| Sorted::of(&self.blind, &self.ids))
+            .get_or_init(|| Sorted::of(&self.blind, self.blind.ids()))
     }
 
     fn value(&self, i: usize) -> &[u8] {
@@ -201,7 +199,7 @@ impl Run {
 
     /// Insert the run's puts into `layer`'s memtable under its LSN.
     fn apply(&self, layer: &Layer) {
-        self.blind.apply_direct(layer, &self.ids, self.lsn);
+        self.blind.apply_direct(layer, self.lsn);
     }
 }
 
@@ -271,7 +269,13 @@ impl Unapplied {
         let Some(run) = Arc::into_inner(run) else {
             return;
         };
-        let mut blind = run.blind;
+        self.keep_spare(run.blind);
+    }
+
+    /// Keep `blind` (committed, its changes in the memtable) for
+    /// [`Unapplied::spare_blind`], if its buffers are not too large to
+    /// keep.
+    pub(crate) fn keep_spare(&self, mut blind: Blind) {
         if !blind.clear_to_keep() {
             return;
         }
@@ -403,7 +407,7 @@ mod tests {
             }
             let refs: Vec<(usize, &[u8], &[u8])> =
                 puts.iter().map(|(s, k, v)| (*s, &k[..], &v[..])).collect();
-            let run = Run::new(Blind::of_puts(&refs), ids.clone(), 1);
+            let run = Run::new(Blind::of_puts(&refs, &ids), 1);
             let all: Vec<(Vec<u8>, Vec<u8>)> = run
                 .range(Bound::Unbounded, Bound::Unbounded)
                 .map(|(k, v)| (k.to_vec(), v.expect("a put").to_vec()))

@@ -34,12 +34,6 @@ pub(crate) fn max_key_bytes(s: &Shared) -> usize {
     s.page_size.max_key_bytes() - PREFIX
 }
 
-/// `out` = the full key of `key` in table `id`.
-pub(super) fn set_full_key(out: &mut Vec<u8>, id: u32, key: &[u8]) {
-    out.clear();
-    push_full_key(out, id, key);
-}
-
 /// Append the full key of `key` in table `id` to `out`.
 pub(super) fn push_full_key(out: &mut Vec<u8>, id: u32, key: &[u8]) {
     out.extend_from_slice(&id.to_be_bytes());
@@ -48,7 +42,7 @@ pub(super) fn push_full_key(out: &mut Vec<u8>, id: u32, key: &[u8]) {
 
 pub(super) fn full_key(id: u32, key: &[u8]) -> Vec<u8> {
     let mut k = Vec::with_capacity(PREFIX + key.len());
-    set_full_key(&mut k, id, key);
+    push_full_key(&mut k, id, key);
     k
 }
 

@@ -15,13 +15,13 @@ use super::error::{DbError, Result};
 use super::layers::{Base, Layer};
 use super::read::{
     as_ref, check_name, collect_names, decode_id, full_key, max_key_bytes, prefix_bounds,
-    push_full_key, set_full_key, table_bounds, Iter, KeyRange, Overlay, Value, CATALOG, PREFIX,
+    push_full_key, table_bounds, Iter, KeyRange, Overlay, Value, CATALOG, PREFIX,
 };
 use super::record::{self, Op, DELETE_FIXED_BYTES, DROP_BYTES, PUT_FIXED_BYTES, RECORD_TXN};
 use super::store::{lock, Shared, WriterState, KEEP_RECORD_BUF_BYTES};
 use super::Durability;
 use crate::btree::MAX_VALUE_BYTES;
-use crate::journal::Lsn;
+use crate::journal::{CommitHandle, Journal, JournalError, Lsn};
 
 // ----- write transactions -----------------------------------------------
 
@@ -68,6 +68,13 @@ impl std::fmt::Debug for WriteTxn {
 /// The puts' bytes are kept one after the other in one buffer: a key and
 /// a value allocated apiece made a transaction of 100 puts 200
 /// allocations before its record could be written (and 200 frees after).
+///
+/// A committed one is kept for the next transaction, buffers and all
+/// (`pending::Unapplied::spare_blind`), so that a commit allocates nothing
+/// on the committing thread: with 64 committing threads, each one's
+/// allocations took fresh pages of its own allocator heap (2 MiB pages,
+/// zeroed by the kernel, in a process with transparent huge pages), and
+/// freeing them on the leader's thread cost every commit again.
 #[derive(Debug, Default)]
 pub(crate) struct Blind {
     pub(crate) tables: Vec<String>,
@@ -77,6 +84,23 @@ pub(crate) struct Blind {
     /// An upper bound of the record's bytes once replayed: every put as
     /// if no other replaced it, every table as if it had to be created.
     bound: usize,
+    /// Set by [`Blind::encode_direct`]: each table's id (by index in
+    /// `tables`), and every put's full key, one after the other, which
+    /// the memtable's insert takes as they are.
+    ids: Vec<u32>,
+    full_keys: Vec<u8>,
+    /// Names of tables emptied out of `tables`, for the next ones.
+    spare_names: Vec<String>,
+}
+
+/// A put's key and value in `bytes` (a [`Blind`]'s), or its large value.
+fn key_value<'b>(bytes: &'b [u8], p: &'b BlindPut) -> (&'b [u8], &'b [u8]) {
+    let (key, rest) = bytes[p.at..].split_at(p.key_len);
+    let value = match &p.large {
+        Some(v) => &v[..],
+        None => &rest[..p.value_len],
+    };
+    (key, value)
 }
 
 /// One put of a [`Blind`]: its table (index in `tables`), where its key
@@ -107,7 +131,10 @@ impl Blind {
 
     /// Bytes its buffers hold (their capacity).
     pub(crate) fn held_bytes(&self) -> usize {
-        self.bytes.capacity() + self.puts.capacity() * std::mem::size_of::<BlindPut>()
+        self.bytes.capacity()
+            + self.puts.capacity() * std::mem::size_of::<BlindPut>()
+            + self.full_keys.capacity()
+            + self.ids.capacity() * 4
     }
 
     /// Empty it for reuse, keeping its buffers' capacity; `false` (and
@@ -117,20 +144,35 @@ impl Blind {
         if self.held_bytes() > KEEP_BYTES {
             return false;
         }
-        self.tables.clear();
+        self.spare_names.append(&mut self.tables);
+        self.spare_names.truncate(KEEP_SPARE_NAMES);
         self.bytes.clear();
         self.puts.clear();
+        self.ids.clear();
+        self.full_keys.clear();
         self.bound = 1;
         true
     }
 
-    /// A blind transaction of `puts` (table index, key, value), for tests.
+    /// Add table `name` (not among `tables` yet), in a kept name's
+    /// buffer if there is one.
+    fn push_table(&mut self, name: &str) {
+        let mut s = self.spare_names.pop().unwrap_or_default();
+        s.clear();
+        s.push_str(name);
+        self.tables.push(s);
+    }
+
+    /// A blind transaction of `puts` (table index, key, value), its
+    /// tables' ids `ids` resolved, for tests.
     #[cfg(test)]
-    pub(crate) fn of_puts(puts: &[(usize, &[u8], &[u8])]) -> Blind {
+    pub(crate) fn of_puts(puts: &[(usize, &[u8], &[u8])], ids: &[u32]) -> Blind {
         let mut b = Blind::new();
         for &(slot, key, value) in puts {
             b.push(slot, key, value);
+            push_full_key(&mut b.full_keys, ids[slot], key);
         }
+        b.ids = ids.to_vec();
         b
     }
 
@@ -158,12 +200,7 @@ impl Blind {
     /// A put's key and value: the value from `bytes`, or the large one
     /// kept whole.
     fn key_value<'b>(&'b self, p: &'b BlindPut) -> (&'b [u8], &'b [u8]) {
-        let (key, rest) = self.bytes[p.at..].split_at(p.key_len);
-        let value = match &p.large {
-            Some(v) => &v[..],
-            None => &rest[..p.value_len],
-        };
-        (key, value)
+        key_value(&self.bytes, p)
     }
 
     /// Put `i` (in the order made): table index, key, value.
@@ -207,19 +244,19 @@ impl Blind {
     /// it into the memtable in order leave the later value, as the overlay
     /// does.
     pub(crate) fn encode_direct(
-        &self,
+        &mut self,
         shared: &Shared,
         w: &WriterState,
         buf: &mut Vec<u8>,
-    ) -> Result<Option<(Vec<u32>, Record<'_>)>> {
+    ) -> Result<Option<Record<'_>>> {
         if self.puts.is_empty() || self.bound > shared.journal.options().max_record_bytes() {
             return Ok(None);
         }
-        let mut ids = Vec::with_capacity(self.tables.len());
+        self.ids.clear();
         let mut known = lock(&w.table_ids);
         for name in &self.tables {
             if let Some(&(_, id)) = known.iter().find(|(n, _)| **n == **name) {
-                ids.push(id);
+                self.ids.push(id);
                 continue;
             }
             let catalog_key = full_key(CATALOG, name.as_bytes());
@@ -232,7 +269,7 @@ impl Blind {
                         known.remove(0);
                     }
                     known.push((name.as_str().into(), id));
-                    ids.push(id);
+                    self.ids.push(id);
                 }
                 None => return Ok(None),
             }
@@ -243,33 +280,37 @@ impl Blind {
         buf.reserve(self.bound.min(KEEP_RECORD_BUF_BYTES));
         buf.push(RECORD_TXN);
         let mut large = Vec::new();
-        let mut key = Vec::with_capacity(64);
+        let full_keys = &mut self.full_keys;
+        full_keys.clear();
         for p in &self.puts {
-            let (k, v) = self.key_value(p);
-            set_full_key(&mut key, ids[p.slot], k);
+            let (k, v) = key_value(&self.bytes, p);
+            let at = full_keys.len();
+            push_full_key(full_keys, self.ids[p.slot], k);
+            let key = &full_keys[at..];
             match &p.large {
                 Some(shared) => {
                     // The value goes in at this offset, at submit.
-                    record::push_put_head(&mut buf, &key, v.len());
+                    record::push_put_head(&mut buf, key, v.len());
                     large.push((buf.len(), shared));
                 }
-                None => record::push(&mut buf, Op::Put(&key, v)),
+                None => record::push(&mut buf, Op::Put(key, v)),
             }
         }
-        Ok(Some((ids, Record { buf, large })))
+        Ok(Some(Record { buf, large }))
+    }
+
+    /// The tables' ids [`Blind::encode_direct`] found, by index in
+    /// `tables`.
+    pub(crate) fn ids(&self) -> &[u32] {
+        &self.ids
     }
 
     /// Insert the puts into `layer` under `lsn`, in order (after
-    /// [`Blind::encode_direct`] gave `ids`).
-    pub(crate) fn apply_direct(&self, layer: &Layer, ids: &[u32], lsn: Lsn) {
+    /// [`Blind::encode_direct`] made their full keys).
+    pub(crate) fn apply_direct(&self, layer: &Layer, lsn: Lsn) {
         let mut w = layer.mem.writer();
-        // The full keys, one after the other in one buffer, so that
-        // `insert_all` can take several at a time.
-        let mut keys = Vec::with_capacity(self.puts.len() * (PREFIX + 16));
-        for (slot, k, _) in self.puts() {
-            push_full_key(&mut keys, ids[slot], k);
-        }
         let mut at = 0;
+        let keys = &self.full_keys;
         w.insert_all(
             lsn,
             self.puts().map(|(_, k, v)| {
@@ -291,6 +332,9 @@ fn create_table_bytes(name: &str) -> usize {
 /// `WriterState::table_ids`).
 const KEEP_TABLE_IDS: usize = 32;
 
+/// Table names an emptied [`Blind`] keeps for the next transaction's.
+const KEEP_SPARE_NAMES: usize = 8;
+
 /// Values at least this large are not copied into a record's buffer: the
 /// journal gathers them from the transaction (`Journal::submit_parts`).
 const GATHER_VALUE_BYTES: usize = 1024;
@@ -303,6 +347,18 @@ pub(crate) struct Record<'s> {
 }
 
 impl Record<'_> {
+    /// Submit the record to `journal` (`Journal::submit_parts`; no list
+    /// of parts to allocate when it has no large value).
+    pub(crate) fn submit(
+        &self,
+        journal: &Journal,
+    ) -> std::result::Result<CommitHandle, JournalError> {
+        if self.large.is_empty() {
+            return journal.submit_parts(&[&self.buf[..]]);
+        }
+        journal.submit_parts(&self.parts())
+    }
+
     /// The record's bytes, in order, for `Journal::submit_parts`.
     pub(crate) fn parts(&self) -> Vec<&[u8]> {
         let mut parts = Vec::with_capacity(2 * self.large.len() + 1);
@@ -683,7 +739,7 @@ impl WriteTxn {
             }
             let bound = self.blind.bound + create_table_bytes(name);
             if bound <= self.max_record() {
-                self.blind.tables.push(name.into());
+                self.blind.push_table(name);
                 self.blind.bound = bound;
                 let slot = self.blind.tables.len() - 1;
                 return Ok(TableMut { txn: self, slot });
