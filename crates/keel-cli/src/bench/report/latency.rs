@@ -34,8 +34,16 @@ impl Default for LatencyRecorder {
 
 impl LatencyRecorder {
     pub fn new() -> Self {
-        let hist = Histogram::new_with_bounds(1, HIGHEST_TRACKABLE_NS, SIGNIFICANT_DIGITS)
+        let mut hist = Histogram::new_with_bounds(1, HIGHEST_TRACKABLE_NS, SIGNIFICANT_DIGITS)
             .expect("valid histogram bounds");
+        // Write every count now: the counts (~256 KiB) come zeroed from
+        // the allocator, not yet backed by memory, and each thread's
+        // first records during the timed run faulted them in (with
+        // transparent huge pages, a 2 MiB page zeroed by the kernel at a
+        // time: ~2 ms per MiB on the project's VM). `black_box`: the
+        // compiler may not assume the counts are still zero and drop the
+        // writes.
+        std::hint::black_box(&mut hist).clear();
         LatencyRecorder { hist, max_ns: 0 }
     }
 
