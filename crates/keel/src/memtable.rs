@@ -540,14 +540,14 @@ impl Default for MemTable {
 }
 
 impl MemTable {
-    /// An empty memtable whose memory comes from (and goes back to) the
-    /// allocator.
+    /// An empty memtable whose memory is mapped for it (and unmapped when
+    /// it drops).
     pub fn new() -> MemTable {
         MemTable::with_pool(None)
     }
 
-    /// An empty memtable whose memory comes from `pool` (or the
-    /// allocator), and goes back to it when the memtable drops.
+    /// An empty memtable whose memory comes from `pool` (or is mapped for
+    /// it), and goes back to it when the memtable drops.
     pub fn with_pool(pool: Option<Arc<ChunkPool>>) -> MemTable {
         MemTable {
             root: Atomic::null(),

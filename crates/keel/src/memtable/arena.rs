@@ -1,16 +1,26 @@
-//! The memtable's memory: chunks from the allocator, faulted in ahead of
-//! need and kept for the next memtable ([`ChunkPool`]), and the bump
+//! The memtable's memory: chunks mapped from the kernel, faulted in ahead
+//! of need and kept for the next memtable ([`ChunkPool`]), and the bump
 //! allocator a memtable's writer takes its pieces from ([`Arena`]). See
 //! the memtable's module doc for why by hand.
 
 use std::alloc::{self, Layout};
-use std::ptr::NonNull;
+use std::ptr::{self, NonNull};
+
+use rustix::mm;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use super::{BIG_BYTES, CHUNK_BYTES, TOUCH_STEP};
 
-/// A block of memory from the allocator, 4 KiB-aligned.
+/// A block of memory mapped for the memtable, 4 KiB-aligned, in 4 KiB
+/// pages.
+///
+/// Mapped here rather than taken from the allocator, so that it can be
+/// kept out of transparent huge pages: a memtable's memory is written
+/// once, front to back, and on the project's VM faulting it in cost
+/// ~1.5–2 ms per MiB as 2 MiB pages against ~0.5–0.7 as 4 KiB pages
+/// (docs/bench-commit.md, "Fresh memory, measured in C"). The memtable's
+/// searches go through its nodes, which the allocator places.
 struct Chunk {
     ptr: NonNull<u8>,
     len: usize,
@@ -20,40 +30,82 @@ struct Chunk {
 // arena hands out pieces, which are then owned by the arena's memtable.
 unsafe impl Send for Chunk {}
 
+/// Bytes of a 4 KiB page.
+const PAGE: usize = 4096;
+
 impl Chunk {
-    fn layout(len: usize) -> Layout {
-        Layout::from_size_align(len, 4096).expect("a chunk's size fits a layout")
+    /// `len` rounded up to whole pages: what is mapped.
+    fn mapped(len: usize) -> usize {
+        len.div_ceil(PAGE) * PAGE
     }
 
     fn new(len: usize) -> Chunk {
-        let layout = Chunk::layout(len);
-        // SAFETY: the layout's size is not zero (every caller asks for at
-        // least a page).
-        let ptr = unsafe { alloc::alloc(layout) };
-        let ptr = NonNull::new(ptr).unwrap_or_else(|| alloc::handle_alloc_error(layout));
+        // SAFETY: a fresh private anonymous mapping, at an address the
+        // kernel chooses: nothing else uses that memory.
+        let mapped = unsafe {
+            mm::mmap_anonymous(
+                ptr::null_mut(),
+                Chunk::mapped(len),
+                mm::ProtFlags::READ | mm::ProtFlags::WRITE,
+                mm::MapFlags::PRIVATE,
+            )
+        };
+        let ptr = match mapped {
+            Ok(p) => NonNull::new(p.cast::<u8>()).expect("mmap does not return null"),
+            Err(_) => alloc::handle_alloc_error(
+                Layout::from_size_align(len.max(1), PAGE).expect("a chunk's size fits a layout"),
+            ),
+        };
+        // SAFETY: the range is the mapping just made. Advice only: a
+        // kernel without transparent huge pages refuses it, harmlessly.
+        let _ = unsafe {
+            mm::madvise(
+                ptr.as_ptr().cast(),
+                Chunk::mapped(len),
+                mm::Advice::LinuxNoHugepage,
+            )
+        };
         Chunk { ptr, len }
     }
 
-    /// Write one byte per 4 KiB page, so that the kernel has backed every
-    /// page before a writer needs it; call `pause` after every
-    /// [`TOUCH_STEP`] bytes.
+    /// Have the kernel back every page now, so that a writer does not
+    /// fault them in; call `pause` after every [`TOUCH_STEP`] bytes.
+    /// `MADV_POPULATE_WRITE` where the kernel has it (5.14 and later: no
+    /// fault per page), else a write to each page.
     fn touch(&mut self, pause: &dyn Fn()) {
+        let mapped = Chunk::mapped(self.len);
         let mut at = 0;
-        while at < self.len {
-            // SAFETY: `at` is inside the chunk, which this owns.
-            unsafe { self.ptr.as_ptr().add(at).write_volatile(0) };
-            at += 4096;
-            if at % TOUCH_STEP == 0 {
-                pause();
+        while at < mapped {
+            let step = TOUCH_STEP.min(mapped - at);
+            // SAFETY: `at..at + step` is inside the mapping, which this
+            // owns; populating writes nothing the chunk holds (it is not
+            // handed out yet, and populating keeps contents anyway).
+            let populated = unsafe {
+                mm::madvise(
+                    self.ptr.as_ptr().add(at).cast(),
+                    step,
+                    mm::Advice::LinuxPopulateWrite,
+                )
+            };
+            if populated.is_err() {
+                let mut page = at;
+                while page < at + step {
+                    // SAFETY: `page` is inside the mapping.
+                    unsafe { self.ptr.as_ptr().add(page).write_volatile(0) };
+                    page += PAGE;
+                }
             }
+            at += step;
+            pause();
         }
     }
 }
 
 impl Drop for Chunk {
     fn drop(&mut self) {
-        // SAFETY: allocated in `Chunk::new` with this layout.
-        unsafe { alloc::dealloc(self.ptr.as_ptr(), Chunk::layout(self.len)) };
+        // SAFETY: mapped in `Chunk::new` with this length; the arena's
+        // pieces in it are gone with their memtable.
+        let _ = unsafe { mm::munmap(self.ptr.as_ptr().cast(), Chunk::mapped(self.len)) };
     }
 }
 
