@@ -562,10 +562,10 @@ impl Shared {
         mut blind: Blind,
         record_buf: &mut Vec<u8>,
     ) -> Result<Option<(Prepared, std::result::Result<CommitHandle, JournalError>)>> {
-        if let Some(rec) = blind.encode_direct(self, w, record_buf)? {
+        if let Some(rec) = blind.encode_direct(self, w)? {
             let bytes = rec.len();
             let submitted = rec.submit(&self.journal);
-            *record_buf = rec.into_buf();
+            drop(rec);
             return Ok(Some((Prepared::Direct(blind, bytes), submitted)));
         }
         self.drain_applies();
@@ -584,7 +584,9 @@ impl Shared {
         self.unapplied.keep_spare(blind);
         let rec = a.record(&ops, std::mem::take(record_buf))?;
         let submitted = rec.submit(&self.journal);
-        *record_buf = rec.into_buf();
+        if let Some(buf) = rec.into_buf() {
+            *record_buf = buf;
+        }
         drop(ops);
         Ok(Some((Prepared::Replayed(a), submitted)))
     }

@@ -34,15 +34,10 @@ pub(crate) fn max_key_bytes(s: &Shared) -> usize {
     s.page_size.max_key_bytes() - PREFIX
 }
 
-/// Append the full key of `key` in table `id` to `out`.
-pub(super) fn push_full_key(out: &mut Vec<u8>, id: u32, key: &[u8]) {
-    out.extend_from_slice(&id.to_be_bytes());
-    out.extend_from_slice(key);
-}
-
 pub(super) fn full_key(id: u32, key: &[u8]) -> Vec<u8> {
     let mut k = Vec::with_capacity(PREFIX + key.len());
-    push_full_key(&mut k, id, key);
+    k.extend_from_slice(&id.to_be_bytes());
+    k.extend_from_slice(key);
     k
 }
 

@@ -81,6 +81,25 @@ pub(crate) fn push_put_head(out: &mut Vec<u8>, k: &[u8], value_len: usize) {
     out.extend_from_slice(k);
 }
 
+/// Append a put whose table is not resolved yet: its fixed fields, a
+/// table id of zeros (set with [`set_put_table`] once known) and `key`,
+/// then — by the caller, or gathered at submit — its `value_len` bytes of
+/// value. The full key is at [`PUT_FIXED_BYTES`] from the put's start.
+pub(crate) fn push_put_head_unresolved(out: &mut Vec<u8>, key: &[u8], value_len: usize) {
+    let mut fixed = [0u8; PUT_FIXED_BYTES + 4];
+    fixed[0] = OP_PUT;
+    put_u16(&mut fixed, 1, (4 + key.len()) as u16);
+    put_u32(&mut fixed, 3, value_len as u32);
+    out.extend_from_slice(&fixed);
+    out.extend_from_slice(key);
+}
+
+/// Set the table id of the put that starts at `at` in `record` (made by
+/// [`push_put_head_unresolved`]).
+pub(crate) fn set_put_table(record: &mut [u8], at: usize, id: u32) {
+    record[at + PUT_FIXED_BYTES..at + PUT_FIXED_BYTES + 4].copy_from_slice(&id.to_be_bytes());
+}
+
 /// Why a record did not decode.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct BadRecord {

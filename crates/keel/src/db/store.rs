@@ -703,9 +703,11 @@ impl Shared {
             self.put_writer(w);
             return Err(e);
         }
-        let submitted = self.journal.submit_parts(&record.parts());
+        let submitted = record.submit(&self.journal);
         let record_bytes = record.len();
-        w.recycle(record.into_buf());
+        if let Some(buf) = record.into_buf() {
+            w.recycle(buf);
+        }
         let handle = match submitted {
             Ok(h) => h,
             Err(e) => {

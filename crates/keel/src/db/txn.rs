@@ -15,7 +15,7 @@ use super::error::{DbError, Result};
 use super::layers::{Base, Layer};
 use super::read::{
     as_ref, check_name, collect_names, decode_id, full_key, max_key_bytes, prefix_bounds,
-    push_full_key, table_bounds, Iter, KeyRange, Overlay, Value, CATALOG, PREFIX,
+    table_bounds, Iter, KeyRange, Overlay, Value, CATALOG, PREFIX,
 };
 use super::record::{self, Op, DELETE_FIXED_BYTES, DROP_BYTES, PUT_FIXED_BYTES, RECORD_TXN};
 use super::store::{lock, Shared, WriterState, KEEP_RECORD_BUF_BYTES};
@@ -78,43 +78,65 @@ impl std::fmt::Debug for WriteTxn {
 #[derive(Debug, Default)]
 pub(crate) struct Blind {
     pub(crate) tables: Vec<String>,
-    /// Every put's key and then its value.
+    /// The journal record, being written put by put: [`RECORD_TXN`], then
+    /// each put as the record has it (`record::push_put_head_unresolved`:
+    /// its full key with the table id left as zeros until
+    /// [`Blind::encode_direct`] sets it; a small value after it, a large
+    /// one gathered at submit). A commit whose tables all exist submits
+    /// these bytes as they are, and the memtable takes the full keys from
+    /// them: no second copy of the puts on the commit's path.
     bytes: Vec<u8>,
     puts: Vec<BlindPut>,
     /// An upper bound of the record's bytes once replayed: every put as
     /// if no other replaced it, every table as if it had to be created.
     bound: usize,
     /// Set by [`Blind::encode_direct`]: each table's id (by index in
-    /// `tables`), and every put's full key, one after the other, which
-    /// the memtable's insert takes as they are.
+    /// `tables`).
     ids: Vec<u32>,
-    full_keys: Vec<u8>,
     /// Names of tables emptied out of `tables`, for the next ones.
     spare_names: Vec<String>,
 }
 
-/// A put's key and value in `bytes` (a [`Blind`]'s), or its large value.
-fn key_value<'b>(bytes: &'b [u8], p: &'b BlindPut) -> (&'b [u8], &'b [u8]) {
-    let (key, rest) = bytes[p.at..].split_at(p.key_len);
-    let value = match &p.large {
-        Some(v) => &v[..],
-        None => &rest[..p.value_len],
-    };
-    (key, value)
-}
+/// Where a put's full key starts, from the put's start in a [`Blind`]'s
+/// bytes.
+const KEY_AT: usize = PUT_FIXED_BYTES;
 
-/// One put of a [`Blind`]: its table (index in `tables`), where its key
-/// (and a small value) are in `bytes`.
+/// One put of a [`Blind`]: its table (index in `tables`), where it starts
+/// in `bytes`.
 #[derive(Debug)]
 struct BlindPut {
     slot: usize,
     at: usize,
+    /// The user's key's length (the full key has [`PREFIX`] more).
     key_len: usize,
     value_len: usize,
     /// A value of [`GATHER_VALUE_BYTES`] or more, kept whole: the record
     /// gathers it and the tree shares it (an overflow value) without
     /// another copy.
     large: Option<Arc<[u8]>>,
+}
+
+impl BlindPut {
+    /// Where its full key is in the [`Blind`]'s bytes.
+    fn full_key(&self) -> std::ops::Range<usize> {
+        self.at + KEY_AT..self.value_at()
+    }
+
+    /// Where its value is (or, large, would be) in the bytes.
+    fn value_at(&self) -> usize {
+        self.at + KEY_AT + PREFIX + self.key_len
+    }
+}
+
+/// A put's key (the user's) and value in `bytes` (a [`Blind`]'s), or its
+/// large value.
+fn key_value<'b>(bytes: &'b [u8], p: &'b BlindPut) -> (&'b [u8], &'b [u8]) {
+    let key = &bytes[p.at + KEY_AT + PREFIX..p.value_at()];
+    let value = match &p.large {
+        Some(v) => &v[..],
+        None => &bytes[p.value_at()..p.value_at() + p.value_len],
+    };
+    (key, value)
 }
 
 impl Blind {
@@ -133,7 +155,6 @@ impl Blind {
     pub(crate) fn held_bytes(&self) -> usize {
         self.bytes.capacity()
             + self.puts.capacity() * std::mem::size_of::<BlindPut>()
-            + self.full_keys.capacity()
             + self.ids.capacity() * 4
     }
 
@@ -149,7 +170,6 @@ impl Blind {
         self.bytes.clear();
         self.puts.clear();
         self.ids.clear();
-        self.full_keys.clear();
         self.bound = 1;
         true
     }
@@ -170,9 +190,9 @@ impl Blind {
         let mut b = Blind::new();
         for &(slot, key, value) in puts {
             b.push(slot, key, value);
-            push_full_key(&mut b.full_keys, ids[slot], key);
         }
         b.ids = ids.to_vec();
+        b.set_table_ids();
         b
     }
 
@@ -182,8 +202,11 @@ impl Blind {
     }
 
     fn push(&mut self, slot: usize, key: &[u8], value: &[u8]) {
+        if self.bytes.is_empty() {
+            self.bytes.push(RECORD_TXN);
+        }
         let at = self.bytes.len();
-        self.bytes.extend_from_slice(key);
+        record::push_put_head_unresolved(&mut self.bytes, key, value.len());
         let large = (value.len() >= GATHER_VALUE_BYTES).then(|| Arc::from(value));
         if large.is_none() {
             self.bytes.extend_from_slice(value);
@@ -197,6 +220,13 @@ impl Blind {
         });
     }
 
+    /// Write each put's table id (from `ids`) into its full key.
+    fn set_table_ids(&mut self) {
+        for p in &self.puts {
+            record::set_put_table(&mut self.bytes, p.at, self.ids[p.slot]);
+        }
+    }
+
     /// A put's key and value: the value from `bytes`, or the large one
     /// kept whole.
     fn key_value<'b>(&'b self, p: &'b BlindPut) -> (&'b [u8], &'b [u8]) {
@@ -208,14 +238,6 @@ impl Blind {
         let p = &self.puts[i];
         let (key, value) = self.key_value(p);
         (p.slot, key, value)
-    }
-
-    /// The puts in order: table index, key, value.
-    fn puts(&self) -> impl Iterator<Item = (usize, &[u8], &[u8])> + '_ {
-        self.puts.iter().map(|p| {
-            let (key, value) = self.key_value(p);
-            (p.slot, key, value)
-        })
     }
 
     /// The puts in order, for [`Active::replay`]: a large value shared.
@@ -247,7 +269,6 @@ impl Blind {
         &mut self,
         shared: &Shared,
         w: &WriterState,
-        buf: &mut Vec<u8>,
     ) -> Result<Option<Record<'_>>> {
         if self.puts.is_empty() || self.bound > shared.journal.options().max_record_bytes() {
             return Ok(None);
@@ -275,28 +296,16 @@ impl Blind {
             }
         }
         drop(known);
-        let mut buf = std::mem::take(buf);
-        buf.clear();
-        buf.reserve(self.bound.min(KEEP_RECORD_BUF_BYTES));
-        buf.push(RECORD_TXN);
-        let mut large = Vec::new();
-        let full_keys = &mut self.full_keys;
-        full_keys.clear();
-        for p in &self.puts {
-            let (k, v) = key_value(&self.bytes, p);
-            let at = full_keys.len();
-            push_full_key(full_keys, self.ids[p.slot], k);
-            let key = &full_keys[at..];
-            match &p.large {
-                Some(shared) => {
-                    // The value goes in at this offset, at submit.
-                    record::push_put_head(&mut buf, key, v.len());
-                    large.push((buf.len(), shared));
-                }
-                None => record::push(&mut buf, Op::Put(key, v)),
-            }
-        }
-        Ok(Some(Record { buf, large }))
+        self.set_table_ids();
+        let large = self
+            .puts
+            .iter()
+            .filter_map(|p| p.large.as_ref().map(|v| (p.value_at(), v)))
+            .collect();
+        Ok(Some(Record {
+            buf: RecordBuf::Borrowed(&self.bytes),
+            large,
+        }))
     }
 
     /// The tables' ids [`Blind::encode_direct`] found, by index in
@@ -306,17 +315,14 @@ impl Blind {
     }
 
     /// Insert the puts into `layer` under `lsn`, in order (after
-    /// [`Blind::encode_direct`] made their full keys).
+    /// [`Blind::encode_direct`] set their tables' ids).
     pub(crate) fn apply_direct(&self, layer: &Layer, lsn: Lsn) {
         let mut w = layer.mem.writer();
-        let mut at = 0;
-        let keys = &self.full_keys;
         w.insert_all(
             lsn,
-            self.puts().map(|(_, k, v)| {
-                let key = &keys[at..at + PREFIX + k.len()];
-                at += key.len();
-                (key, Some(v))
+            self.puts.iter().map(|p| {
+                let (_, value) = key_value(&self.bytes, p);
+                (&self.bytes[p.full_key()], Some(value))
             }),
         );
     }
@@ -342,8 +348,26 @@ const GATHER_VALUE_BYTES: usize = 1024;
 /// A transaction's journal record: `buf`, with each large value spliced in
 /// at its offset (the record is `buf[..o1]`, value 1, `buf[o1..o2]`, …).
 pub(crate) struct Record<'s> {
-    buf: Vec<u8>,
+    buf: RecordBuf<'s>,
     large: Vec<(usize, &'s Arc<[u8]>)>,
+}
+
+/// A [`Record`]'s bytes: its own buffer (kept for the next record), or a
+/// blind transaction's, which are the record already.
+enum RecordBuf<'s> {
+    Owned(Vec<u8>),
+    Borrowed(&'s [u8]),
+}
+
+impl std::ops::Deref for RecordBuf<'_> {
+    type Target = [u8];
+
+    fn deref(&self) -> &[u8] {
+        match self {
+            RecordBuf::Owned(b) => b,
+            RecordBuf::Borrowed(b) => b,
+        }
+    }
 }
 
 impl Record<'_> {
@@ -377,9 +401,13 @@ impl Record<'_> {
         self.buf.len() + self.large.iter().map(|(_, v)| v.len()).sum::<usize>()
     }
 
-    /// The buffer, to keep for the next record.
-    pub(crate) fn into_buf(self) -> Vec<u8> {
-        self.buf
+    /// The buffer, to keep for the next record (none when the record
+    /// was a blind transaction's bytes).
+    pub(crate) fn into_buf(self) -> Option<Vec<u8>> {
+        match self.buf {
+            RecordBuf::Owned(b) => Some(b),
+            RecordBuf::Borrowed(_) => None,
+        }
     }
 }
 
@@ -636,7 +664,10 @@ impl Active {
                 _ => record::push(&mut buf, *op),
             }
         }
-        let rec = Record { buf, large };
+        let rec = Record {
+            buf: RecordBuf::Owned(buf),
+            large,
+        };
         debug_assert_eq!(rec.len(), self.size);
         if rec.len() > self.max_record() {
             // Checked at every change; kept as the last word before submit.
