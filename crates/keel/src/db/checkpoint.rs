@@ -135,14 +135,14 @@ impl Shared {
     /// since the last one) or when the interval passed with commits since.
     ///
     /// Background checkpoints must not slow commits down: this thread
-    /// runs at a lower priority (nice 10; committers win a contended CPU
-    /// ~9 times in 10), and folds alone, leaving the helper to committers.
+    /// runs at a lower priority (twice `Options::background_nice` below
+    /// the opener, set when it starts: nice 10 by default, where
+    /// committers win a contended CPU ~9 times in 10), and folds alone,
+    /// leaving the helper to committers.
     /// On these 2-vCPU VMs, with checkpoints folding on two threads at
     /// normal priority, w3 ran at 4,500–4,800 transactions/s against
     /// 5,600–5,900 with background checkpoints off (same hour).
     pub(crate) fn run_checkpointer(self: Arc<Self>) {
-        // Best effort: a failure leaves the thread at normal priority.
-        let _ = rustix::process::setpriority_process(Some(rustix::thread::gettid()), 10);
         let mut last = Instant::now();
         loop {
             let mut c = lock(&self.ckpt);

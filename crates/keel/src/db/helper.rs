@@ -97,8 +97,9 @@ impl std::fmt::Debug for Helper {
 }
 
 impl Helper {
-    /// Start the helper thread.
-    pub(crate) fn start() -> std::io::Result<Helper> {
+    /// Start the helper thread, `nice` levels below this one's priority
+    /// (see [`lower_priority`]).
+    pub(crate) fn start(nice: u8) -> std::io::Result<Helper> {
         let inner = Arc::new(Inner {
             state: Mutex::default(),
             posted: AtomicBool::new(false),
@@ -109,7 +110,10 @@ impl Helper {
         let theirs = Arc::clone(&inner);
         let thread = std::thread::Builder::new()
             .name("keel-helper".into())
-            .spawn(move || run(&theirs))?;
+            .spawn(move || {
+                lower_priority(nice);
+                run(&theirs)
+            })?;
         Ok(Helper {
             inner,
             thread: Mutex::new(Some(thread)),
@@ -343,15 +347,65 @@ fn run(inner: &Inner) {
     }
 }
 
+/// Lower the calling thread's priority by `levels` nice levels (at most
+/// to 19, the lowest); 0 leaves it. Linux sets the nice value of one
+/// thread when `setpriority` is given its thread id. Advice only: a
+/// failure leaves the thread as it was.
+///
+/// Why: on the project's 2-vCPU VM a commit's write completes on the
+/// vCPU that takes the disk's interrupts, and a committer that runs on
+/// the other pays a wake-up across vCPUs per write: w1 with the process
+/// pinned there (`taskset`) had a p50 of 120–168 µs against 97–138 on the
+/// interrupts' vCPU. The store's w1 rounds were either ~100 µs or ~130 at
+/// the p50 while the journal alone stayed at ~100; with the helper 5
+/// levels down (it faults the memtable's memory in beside the committer),
+/// 6 interleaved rounds gave 10,472 against 9,597 commits/s, better in
+/// all 6, p99 148 against 333 µs.
+pub(crate) fn lower_priority(levels: u8) {
+    if levels == 0 {
+        return;
+    }
+    let tid = rustix::thread::gettid();
+    if let Ok(now) = rustix::process::getpriority_process(Some(tid)) {
+        let _ = rustix::process::setpriority_process(Some(tid), (now + i32::from(levels)).min(19));
+    }
+}
+
 #[cfg(test)]
 mod tests {
+    /// `lower_priority` lowers the calling thread only, by its levels,
+    /// down to 19; 0 leaves it.
+    #[test]
+    fn lower_priority_lowers_the_calling_thread_only() {
+        let nice = || {
+            let tid = rustix::thread::gettid();
+            rustix::process::getpriority_process(Some(tid)).unwrap()
+        };
+        let here = nice();
+        let (zero, three, more) = std::thread::spawn(move || {
+            let start = nice();
+            super::lower_priority(0);
+            let zero = nice() - start;
+            super::lower_priority(3);
+            let three = nice() - start;
+            super::lower_priority(19);
+            (zero, three, nice())
+        })
+        .join()
+        .unwrap();
+        assert_eq!(zero, 0);
+        assert_eq!(three, 3.min(19 - here));
+        assert_eq!(more, 19);
+        assert_eq!(nice(), here, "the calling thread's spawner is untouched");
+    }
+
     use super::*;
     use std::sync::atomic::{AtomicUsize, Ordering};
 
     /// Every item is done exactly once, whoever does it.
     #[test]
     fn shares_out_work_and_returns_when_all_is_done() {
-        let helper = Helper::start().unwrap();
+        let helper = Helper::start(0).unwrap();
         for round in 0..200 {
             let items: Vec<AtomicUsize> = (0..64).map(|_| AtomicUsize::new(0)).collect();
             let next = AtomicUsize::new(0);
@@ -371,7 +425,7 @@ mod tests {
     /// working.
     #[test]
     fn a_panic_reaches_the_poster() {
-        let helper = Helper::start().unwrap();
+        let helper = Helper::start(0).unwrap();
         let caught = panic::catch_unwind(AssertUnwindSafe(|| {
             helper.fork(&|| panic!("boom"));
         }));
@@ -395,7 +449,7 @@ mod tests {
             }
         }
         let seen = Arc::new(Mutex::new(Vec::new()));
-        let helper = Helper::start().unwrap();
+        let helper = Helper::start(0).unwrap();
         for _ in 0..3 {
             helper.dispose(Probe(Arc::clone(&seen)));
         }
@@ -406,7 +460,7 @@ mod tests {
     /// A chore runs on the helper's thread without anyone waiting.
     #[test]
     fn chores_run_on_the_helper() {
-        let helper = Helper::start().unwrap();
+        let helper = Helper::start(0).unwrap();
         let (tx, rx) = std::sync::mpsc::channel();
         helper.chore(move |_| {
             let name = std::thread::current().name().unwrap_or("").to_string();
@@ -422,7 +476,7 @@ mod tests {
     fn a_chore_lets_posted_work_go_first() {
         use std::sync::atomic::AtomicBool;
         use std::time::{Duration, Instant};
-        let helper = Helper::start().unwrap();
+        let helper = Helper::start(0).unwrap();
         let chore_done = Arc::new(AtomicBool::new(false));
         let in_chore = Arc::new(AtomicBool::new(false));
         let (c, i) = (Arc::clone(&chore_done), Arc::clone(&in_chore));
@@ -467,7 +521,7 @@ mod tests {
         use std::sync::atomic::AtomicBool;
         use std::sync::mpsc;
         use std::time::{Duration, Instant};
-        let helper = Arc::new(Helper::start().unwrap());
+        let helper = Arc::new(Helper::start(0).unwrap());
         let first_done = Arc::new(AtomicBool::new(false));
         let (tx, rx) = mpsc::channel::<&'static str>();
         let (started_tx, started_rx) = mpsc::channel();

@@ -553,7 +553,7 @@ impl Shared {
             bytes_since_checkpoint: AtomicU64::new(0),
             dirty_bytes: AtomicU64::new(0),
             counters: Counters::default(),
-            helper: Helper::start().ok(),
+            helper: Helper::start(options.background_nice).ok(),
             unapplied: Arc::default(),
             options,
             #[cfg(test)]

@@ -1058,3 +1058,63 @@ fn a_panic_while_a_group_is_told_its_results_poisons_the_store() {
         }
     }
 }
+
+/// The nice value of thread `tid`.
+fn nice_of(tid: i32) -> Option<i32> {
+    let pid = rustix::process::Pid::from_raw(tid)?;
+    rustix::process::getpriority_process(Some(pid)).ok()
+}
+
+/// A store's helper runs `background_nice` levels below the thread that
+/// opened it (the default, 5), its checkpointer twice as many; bad values
+/// are refused.
+#[test]
+fn background_threads_run_below_the_opener() {
+    let me = nice_of(rustix::thread::gettid().as_raw_nonzero().get()).unwrap();
+    let (helper, checkpointer) = ((me + 5).min(19), (me + 10).min(19));
+    let vfs = SimVfs::new(1);
+    let db = builder(&vfs)
+        .background_checkpoints(true)
+        .create(Path::new("/s"))
+        .unwrap();
+    // Threads of other tests' stores are there too, with the same
+    // default; each lowers its own priority once it runs.
+    let threads = || {
+        let mut found = Vec::new();
+        for entry in std::fs::read_dir("/proc/self/task").unwrap().flatten() {
+            let comm = std::fs::read_to_string(entry.path().join("comm")).unwrap_or_default();
+            let comm = comm.trim().to_string();
+            if comm == "keel-helper" || comm == "keel-checkpoint" {
+                let tid: i32 = entry.file_name().to_string_lossy().parse().unwrap();
+                if let Some(nice) = nice_of(tid) {
+                    found.push((comm, nice));
+                }
+            }
+        }
+        found
+    };
+    let mut last = Vec::new();
+    for _ in 0..300 {
+        last = threads();
+        let both = ["keel-helper", "keel-checkpoint"]
+            .iter()
+            .all(|n| last.iter().any(|(c, _)| c == n));
+        if both && last.iter().all(|(_, nice)| *nice >= helper) {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert!(
+        last.iter()
+            .any(|(c, nice)| c == "keel-helper" && *nice == helper),
+        "{last:?}, want {helper}"
+    );
+    assert!(
+        last.iter()
+            .any(|(c, nice)| c == "keel-checkpoint" && *nice == checkpointer),
+        "{last:?}, want {checkpointer}"
+    );
+    db.close().unwrap();
+    let bad = builder(&vfs).background_nice(20).open(Path::new("/s"));
+    assert!(matches!(bad, Err(DbError::BadOptions(_))), "{bad:?}");
+}

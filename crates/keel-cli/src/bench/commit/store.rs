@@ -152,6 +152,7 @@ fn options_json(db: &Database) -> serde_json::Value {
         "fold_bytes": o.fold_bytes,
         "reader_pinned_bytes": o.reader_pinned_bytes,
         "background_checkpoints": o.background_checkpoints,
+        "background_nice": o.background_nice,
         "paced_checkpoints": o.paced_checkpoints,
         "segment_bytes": db.journal().options().segment_size_bytes,
         "durability": "immediate",
