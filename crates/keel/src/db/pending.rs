@@ -151,8 +151,9 @@ impl Sorted {
 }
 
 impl Run {
-    /// The run of `blind`'s puts (tables resolved to `ids`), committed at
-    /// `lsn`. Costs nothing: see [`Run`].
+    /// The run of `blind`'s puts (its tables resolved by
+    /// `Blind::encode_direct`), committed at `lsn`. Costs nothing: see
+    /// [`Run`].
     pub(crate) fn new(blind: Blind, lsn: Lsn) -> Run {
         Run {
             lsn,

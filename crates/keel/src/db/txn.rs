@@ -252,12 +252,13 @@ impl Blind {
         })
     }
 
-    /// Encode the record straight from the puts, in the order they were
-    /// made, into `buf` (taken; [`Record::into_buf`] gives it back), and
-    /// return the tables' ids with it — when every table exists in `base`
-    /// (as the writer sees it) and the record fits (its bound does). Large
-    /// values are gathered at submit, not copied (see [`Record`]). Else
-    /// `None`, `buf` untouched: replay it (`Active::replay`).
+    /// The record straight from the puts, in the order they were made:
+    /// the transaction's own bytes, once each table's id is set in its
+    /// puts' full keys (kept in `ids` for the memtable's insert and for
+    /// readers of a run) — when every table exists in `base` (as the
+    /// writer sees it) and the record fits (its bound does). Large values
+    /// are gathered at submit, not copied (see [`Record`]). Else `None`:
+    /// replay it (`Active::replay`).
     ///
     /// Why: a blind transaction of 100 puts spent ~15 µs in its replay
     /// (a sorted overlay of freshly allocated full keys), before its

@@ -5,10 +5,10 @@
 
 use std::alloc::{self, Layout};
 use std::ptr::{self, NonNull};
-
-use rustix::mm;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+
+use rustix::mm;
 
 use super::{BIG_BYTES, CHUNK_BYTES, TOUCH_STEP};
 
