@@ -257,7 +257,7 @@ impl Unapplied {
     /// samples on w3 (perf).
     pub(crate) fn spare_blind(&self) -> Blind {
         // Not `unwrap_or_default`: a new one's bound is not the default's.
-        match self.spares.take() {
+        match self.spares.take_oldest() {
             Some(b) => b,
             None => Blind::new(),
         }
