@@ -73,12 +73,18 @@ fn push_put(out: &mut Vec<u8>, k: &[u8], v: &[u8]) {
 /// Append a put's fixed fields and its key: the put's `value_len` bytes of
 /// value must follow (appended by the caller, or gathered at submit).
 pub(crate) fn push_put_head(out: &mut Vec<u8>, k: &[u8], value_len: usize) {
+    push_put_fixed(out, k.len(), value_len);
+    out.extend_from_slice(k);
+}
+
+/// Append a put's fixed fields: its tag, its full key's and its value's
+/// lengths.
+fn push_put_fixed(out: &mut Vec<u8>, key_len: usize, value_len: usize) {
     let mut fixed = [0u8; PUT_FIXED_BYTES];
     fixed[0] = OP_PUT;
-    put_u16(&mut fixed, 1, k.len() as u16);
+    put_u16(&mut fixed, 1, key_len as u16);
     put_u32(&mut fixed, 3, value_len as u32);
     out.extend_from_slice(&fixed);
-    out.extend_from_slice(k);
 }
 
 /// Append a put whose table is not resolved yet: its fixed fields, a
@@ -86,11 +92,8 @@ pub(crate) fn push_put_head(out: &mut Vec<u8>, k: &[u8], value_len: usize) {
 /// then — by the caller, or gathered at submit — its `value_len` bytes of
 /// value. The full key is at [`PUT_FIXED_BYTES`] from the put's start.
 pub(crate) fn push_put_head_unresolved(out: &mut Vec<u8>, key: &[u8], value_len: usize) {
-    let mut fixed = [0u8; PUT_FIXED_BYTES + 4];
-    fixed[0] = OP_PUT;
-    put_u16(&mut fixed, 1, (4 + key.len()) as u16);
-    put_u32(&mut fixed, 3, value_len as u32);
-    out.extend_from_slice(&fixed);
+    push_put_fixed(out, 4 + key.len(), value_len);
+    out.extend_from_slice(&[0; 4]);
     out.extend_from_slice(key);
 }
 

@@ -5,6 +5,7 @@
 //! one journal record (see `record.rs`) and hands it to the commit path.
 //! Keys, tables and reads: `read.rs`.
 
+use std::borrow::Cow;
 use std::cell::OnceCell;
 use std::collections::BTreeMap;
 use std::ops::Bound;
@@ -304,7 +305,7 @@ impl Blind {
             .filter_map(|p| p.large.as_ref().map(|v| (p.value_at(), v)))
             .collect();
         Ok(Some(Record {
-            buf: RecordBuf::Borrowed(&self.bytes),
+            buf: Cow::Borrowed(&self.bytes),
             large,
         }))
     }
@@ -349,26 +350,10 @@ const GATHER_VALUE_BYTES: usize = 1024;
 /// A transaction's journal record: `buf`, with each large value spliced in
 /// at its offset (the record is `buf[..o1]`, value 1, `buf[o1..o2]`, …).
 pub(crate) struct Record<'s> {
-    buf: RecordBuf<'s>,
+    /// Its own buffer (kept for the next record), or a blind
+    /// transaction's bytes, which are the record already.
+    buf: Cow<'s, [u8]>,
     large: Vec<(usize, &'s Arc<[u8]>)>,
-}
-
-/// A [`Record`]'s bytes: its own buffer (kept for the next record), or a
-/// blind transaction's, which are the record already.
-enum RecordBuf<'s> {
-    Owned(Vec<u8>),
-    Borrowed(&'s [u8]),
-}
-
-impl std::ops::Deref for RecordBuf<'_> {
-    type Target = [u8];
-
-    fn deref(&self) -> &[u8] {
-        match self {
-            RecordBuf::Owned(b) => b,
-            RecordBuf::Borrowed(b) => b,
-        }
-    }
 }
 
 impl Record<'_> {
@@ -406,8 +391,8 @@ impl Record<'_> {
     /// was a blind transaction's bytes).
     pub(crate) fn into_buf(self) -> Option<Vec<u8>> {
         match self.buf {
-            RecordBuf::Owned(b) => Some(b),
-            RecordBuf::Borrowed(_) => None,
+            Cow::Owned(b) => Some(b),
+            Cow::Borrowed(_) => None,
         }
     }
 }
@@ -666,7 +651,7 @@ impl Active {
             }
         }
         let rec = Record {
-            buf: RecordBuf::Owned(buf),
+            buf: Cow::Owned(buf),
             large,
         };
         debug_assert_eq!(rec.len(), self.size);
