@@ -24,7 +24,17 @@ struct Report {
     checkpoint: Checkpoint,
     cache: Cache,
     journal: Journal,
+    background: Background,
     limits: Limits,
+}
+
+#[derive(Serialize)]
+struct Background {
+    /// The CPUs the store's helper and checkpointer threads are kept to;
+    /// null: any.
+    cpus: Option<Vec<usize>>,
+    /// The CPUs found taking the interrupts of the store's disk.
+    disk_interrupt_cpus: Vec<usize>,
 }
 
 #[derive(Serialize)]
@@ -157,6 +167,10 @@ fn report(db: &Database, store: &Path) -> Result<Report, Failure> {
             write_method: db.journal().method().to_string(),
             uncheckpointed_bytes: s.uncheckpointed_bytes,
         },
+        background: Background {
+            cpus: s.background_cpus.clone(),
+            disk_interrupt_cpus: s.disk_interrupt_cpus.clone(),
+        },
         limits: Limits {
             max_key_bytes: limits.max_key_bytes,
             max_value_bytes: limits.max_value_bytes,
@@ -249,6 +263,24 @@ fn render(r: &Report) -> String {
         r.cache.misses,
         r.cache.evictions,
         format_size_approx(r.cache.cached_bytes)
+    );
+    let list = |cpus: &[usize]| {
+        cpus.iter()
+            .map(|c| c.to_string())
+            .collect::<Vec<_>>()
+            .join(",")
+    };
+    let interrupts = if r.background.disk_interrupt_cpus.is_empty() {
+        "not found".to_string()
+    } else {
+        format!("on CPU {}", list(&r.background.disk_interrupt_cpus))
+    };
+    out += &format!(
+        "background   helper and checkpointer on {}; the disk's interrupts {interrupts}\n",
+        match &r.background.cpus {
+            Some(cpus) => format!("CPU {}", list(cpus)),
+            None => "any CPU".to_string(),
+        }
     );
     out += &format!(
         "limits       keys up to {} bytes, values up to {}, transactions up to {}\n",

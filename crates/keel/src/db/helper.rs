@@ -33,6 +33,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::thread::JoinHandle;
 
+use super::placement::Placement;
 use crate::btree::Fork;
 
 /// Replaced trees kept for the helper before a commit wakes it only to
@@ -99,7 +100,7 @@ impl std::fmt::Debug for Helper {
 impl Helper {
     /// Start the helper thread, `nice` levels below this one's priority
     /// (see [`lower_priority`]).
-    pub(crate) fn start(nice: u8) -> std::io::Result<Helper> {
+    pub(crate) fn start(nice: u8, placement: Placement) -> std::io::Result<Helper> {
         let inner = Arc::new(Inner {
             state: Mutex::default(),
             posted: AtomicBool::new(false),
@@ -111,6 +112,7 @@ impl Helper {
         let thread = std::thread::Builder::new()
             .name("keel-helper".into())
             .spawn(move || {
+                placement.enter();
                 lower_priority(nice);
                 run(&theirs)
             })?;
@@ -405,7 +407,7 @@ mod tests {
     /// Every item is done exactly once, whoever does it.
     #[test]
     fn shares_out_work_and_returns_when_all_is_done() {
-        let helper = Helper::start(0).unwrap();
+        let helper = Helper::start(0, Placement::default()).unwrap();
         for round in 0..200 {
             let items: Vec<AtomicUsize> = (0..64).map(|_| AtomicUsize::new(0)).collect();
             let next = AtomicUsize::new(0);
@@ -425,7 +427,7 @@ mod tests {
     /// working.
     #[test]
     fn a_panic_reaches_the_poster() {
-        let helper = Helper::start(0).unwrap();
+        let helper = Helper::start(0, Placement::default()).unwrap();
         let caught = panic::catch_unwind(AssertUnwindSafe(|| {
             helper.fork(&|| panic!("boom"));
         }));
@@ -449,7 +451,7 @@ mod tests {
             }
         }
         let seen = Arc::new(Mutex::new(Vec::new()));
-        let helper = Helper::start(0).unwrap();
+        let helper = Helper::start(0, Placement::default()).unwrap();
         for _ in 0..3 {
             helper.dispose(Probe(Arc::clone(&seen)));
         }
@@ -460,7 +462,7 @@ mod tests {
     /// A chore runs on the helper's thread without anyone waiting.
     #[test]
     fn chores_run_on_the_helper() {
-        let helper = Helper::start(0).unwrap();
+        let helper = Helper::start(0, Placement::default()).unwrap();
         let (tx, rx) = std::sync::mpsc::channel();
         helper.chore(move |_| {
             let name = std::thread::current().name().unwrap_or("").to_string();
@@ -476,7 +478,7 @@ mod tests {
     fn a_chore_lets_posted_work_go_first() {
         use std::sync::atomic::AtomicBool;
         use std::time::{Duration, Instant};
-        let helper = Helper::start(0).unwrap();
+        let helper = Helper::start(0, Placement::default()).unwrap();
         let chore_done = Arc::new(AtomicBool::new(false));
         let in_chore = Arc::new(AtomicBool::new(false));
         let (c, i) = (Arc::clone(&chore_done), Arc::clone(&in_chore));
@@ -521,7 +523,7 @@ mod tests {
         use std::sync::atomic::AtomicBool;
         use std::sync::mpsc;
         use std::time::{Duration, Instant};
-        let helper = Arc::new(Helper::start(0).unwrap());
+        let helper = Arc::new(Helper::start(0, Placement::default()).unwrap());
         let first_done = Arc::new(AtomicBool::new(false));
         let (tx, rx) = mpsc::channel::<&'static str>();
         let (started_tx, started_rx) = mpsc::channel();

@@ -20,6 +20,7 @@ use super::helper::Helper;
 use super::layers::{Base, Layer};
 use super::meta::{self, Meta, MetaError, PageRef};
 use super::pending::Unapplied;
+use super::placement::{allowed_cpus, Placement};
 use super::record::{self, Op};
 use super::txn::Record;
 use super::view::Published;
@@ -261,6 +262,8 @@ pub(crate) struct Shared {
     /// A second thread for large folds and for freeing replaced bases
     /// (none if it could not be started).
     pub(crate) helper: Option<Helper>,
+    /// The CPUs the helper and the checkpointer run on.
+    pub(crate) placement: Placement,
     /// Durable commits published as runs, not yet in the memtable
     /// (`super::pending`).
     pub(super) unapplied: Arc<Unapplied>,
@@ -534,6 +537,8 @@ impl Shared {
             gen: 0,
         });
         let page_writes = open_page_writes(vfs.as_ref(), &path, ps, &data);
+        let placement = Placement::find(&options.background_cpus, dir, &allowed_cpus())
+            .map_err(DbError::BadOptions)?;
         let shared = Shared {
             path: dir.to_path_buf(),
             page_size: ps,
@@ -553,7 +558,8 @@ impl Shared {
             bytes_since_checkpoint: AtomicU64::new(0),
             dirty_bytes: AtomicU64::new(0),
             counters: Counters::default(),
-            helper: Helper::start(options.background_nice).ok(),
+            helper: Helper::start(options.background_nice, placement.clone()).ok(),
+            placement,
             unapplied: Arc::default(),
             options,
             #[cfg(test)]

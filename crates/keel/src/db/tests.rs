@@ -1118,3 +1118,80 @@ fn background_threads_run_below_the_opener() {
     let bad = builder(&vfs).background_nice(20).open(Path::new("/s"));
     assert!(matches!(bad, Err(DbError::BadOptions(_))), "{bad:?}");
 }
+
+/// The CPUs each of this process's threads named `name` may run on.
+fn cpus_of_threads(name: &str) -> Vec<Vec<usize>> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir("/proc/self/task").unwrap().flatten() {
+        let comm = std::fs::read_to_string(entry.path().join("comm")).unwrap_or_default();
+        if comm.trim() != name {
+            continue;
+        }
+        let status = std::fs::read_to_string(entry.path().join("status")).unwrap_or_default();
+        if let Some(list) = status
+            .lines()
+            .find_map(|l| l.strip_prefix("Cpus_allowed_list:"))
+        {
+            found.push(placement::parse_cpu_list(list).unwrap());
+        }
+    }
+    found
+}
+
+/// A store's helper and checkpointer keep to `background_cpus`; a list
+/// of none of the opener's CPUs, or past the largest CPU number, is
+/// refused before the store is touched.
+#[test]
+fn background_threads_keep_to_their_cpus() {
+    let allowed = placement::allowed_cpus();
+    assert!(!allowed.is_empty());
+    // The last CPU alone: other tests' stores keep theirs to all the
+    // CPUs or to those away from the disk's interrupts.
+    let cpu = *allowed.last().unwrap();
+    // A CPU the opener may not run on: left out.
+    let absent = placement::MAX_CPU - 1;
+    assert!(!allowed.contains(&absent));
+    let vfs = SimVfs::new(1);
+    let db = builder(&vfs)
+        .background_checkpoints(true)
+        .background_cpus(BackgroundCpus::Only(vec![cpu, absent]))
+        .create(Path::new("/s"))
+        .unwrap();
+    assert_eq!(db.stats().background_cpus, Some(vec![cpu]));
+    if allowed.len() > 1 {
+        let mine = || {
+            ["keel-helper", "keel-checkpoint"]
+                .iter()
+                .all(|n| cpus_of_threads(n).contains(&vec![cpu]))
+        };
+        let mut ok = false;
+        for _ in 0..300 {
+            ok = mine();
+            if ok {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        assert!(
+            ok,
+            "helper {:?}, checkpointer {:?}, want [{cpu}]",
+            cpus_of_threads("keel-helper"),
+            cpus_of_threads("keel-checkpoint")
+        );
+    }
+    db.close().unwrap();
+    for cpus in [vec![], vec![placement::MAX_CPU], vec![absent]] {
+        let vfs = SimVfs::new(1);
+        let bad = builder(&vfs)
+            .background_cpus(BackgroundCpus::Only(cpus.clone()))
+            .create(Path::new("/t"));
+        assert!(
+            matches!(bad, Err(DbError::BadOptions(_))),
+            "{cpus:?}: {bad:?}"
+        );
+        assert!(
+            !vfs.exists(Path::new("/t")).unwrap(),
+            "{cpus:?}: nothing made"
+        );
+    }
+}

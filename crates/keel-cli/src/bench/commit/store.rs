@@ -153,6 +153,7 @@ fn options_json(db: &Database) -> serde_json::Value {
         "reader_pinned_bytes": o.reader_pinned_bytes,
         "background_checkpoints": o.background_checkpoints,
         "background_nice": o.background_nice,
+        "background_cpus": o.background_cpus.name(),
         "paced_checkpoints": o.paced_checkpoints,
         "segment_bytes": db.journal().options().segment_size_bytes,
         "durability": "immediate",
@@ -164,6 +165,8 @@ fn stats_json(before: &Stats, after: &Stats) -> serde_json::Value {
     let (j0, j1) = (&before.journal, &after.journal);
     let writes = j1.writes - j0.writes;
     json!({
+        "background_cpus": after.background_cpus,
+        "disk_interrupt_cpus": after.disk_interrupt_cpus,
         "checkpoints": after.checkpoints - before.checkpoints,
         "checkpoint_pages": after.checkpoint_pages - before.checkpoint_pages,
         "checkpoint_ms": round(after.checkpoint_ms - before.checkpoint_ms, 1),
