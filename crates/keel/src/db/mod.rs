@@ -144,10 +144,11 @@ pub struct Options {
     /// sleeping on the interrupts' CPU is woken there by its write's
     /// completion, and the scheduler puts it there when the store's own
     /// threads leave that CPU idle. On a 2-vCPU VM whose disk interrupts
-    /// all go to one vCPU, w3 (100 puts per transaction) ran at 1.07×
-    /// the journal engine with them kept off it, 0.99× without (6
-    /// interleaved rounds, docs/bench-commit.md, "Background threads off
-    /// the disk's interrupts").
+    /// all go to one vCPU, w2 (64 threads) ran at 149,390 against
+    /// 138,990 commits/s with them kept off it, p99 0.87 against 2.5 ms
+    /// (8 interleaved rounds); w1 and w3 (one thread) showed no
+    /// difference beyond the noise (docs/bench-commit.md, "Background
+    /// threads off the disk's interrupts").
     pub background_cpus: BackgroundCpus,
     /// The most memory read transactions may keep alive that checkpoints
     /// have replaced (the memtables a fold folded while an older reader
