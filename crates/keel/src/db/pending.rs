@@ -50,19 +50,19 @@ pub(crate) struct Run {
     sorted: OnceLock<Sorted>,
 }
 
-/// A run's keys in order.
+/// A run's keys in order: where each full key (table id, then key) is
+/// in the blind transaction's bytes, which hold them already (its
+/// journal record).
 #[derive(Debug)]
 struct Sorted {
-    /// The full keys (table id, then key), one after the other.
-    keys: Vec<u8>,
     /// In key order, each key once (its last put).
     slots: Vec<Slot>,
 }
 
 /// A key of a run: its first [`HEAD_BYTES`] bytes as a number (compared
 /// first: one integer comparison instead of a `memcmp` call for most
-/// pairs), where it is in `Run::keys`, its length, and the put in the
-/// blind transaction it comes from.
+/// pairs), where it is in the blind transaction's bytes, its length, and
+/// the put it comes from.
 ///
 /// Why: sorting a w3 transaction's 100 keys with `memcmp` alone was a
 /// quarter of the committing thread's samples (perf, 2026-11-26), on the
@@ -94,25 +94,23 @@ fn head(key: &[u8]) -> u128 {
 }
 
 impl Sorted {
-    /// The index of `blind`'s puts (tables resolved to `ids`).
-    fn of(blind: &Blind, ids: &[u32]) -> Sorted {
+    /// The index of `blind`'s puts (their tables' ids set in its bytes by
+    /// `Blind::encode_direct`).
+    fn of(blind: &Blind) -> Sorted {
         let n = blind.len();
-        let mut keys = Vec::with_capacity(n * 24);
+        let keys = blind.bytes();
         let mut slots = Vec::with_capacity(n);
         for i in 0..n {
-            let (slot, key, _) = blind.put(i);
-            let at = keys.len();
-            keys.extend_from_slice(&ids[slot].to_be_bytes());
-            keys.extend_from_slice(key);
+            let range = blind.full_key_range(i);
             // Keys are at most a page long and a record at most a segment:
             // both fit in 32 bits (checked, not assumed).
-            let at = u32::try_from(at).expect("a run's keys fit 4 GiB");
-            let len = u32::try_from(keys.len()).expect("as above") - at;
+            let at = u32::try_from(range.start).expect("a record fits 4 GiB");
+            let len = u32::try_from(range.len()).expect("as above");
             let put = u32::try_from(i).expect("as above");
-            let head = head(&keys[at as usize..]);
+            let head = head(&keys[range]);
             slots.push(Slot { head, at, len, put });
         }
-        let key = |s: &Slot| slot_key(&keys, s);
+        let key = |s: &Slot| slot_key(keys, s);
         // By key, then in the order the puts were made.
         slots.sort_unstable_by(|a, b| {
             a.head
@@ -128,22 +126,23 @@ impl Sorted {
                 _ => kept.push(e),
             }
         }
-        Sorted { keys, slots: kept }
+        Sorted { slots: kept }
     }
 
-    fn key(&self, i: usize) -> &[u8] {
-        slot_key(&self.keys, &self.slots[i])
+    /// The `i`th key, in `keys` (the blind transaction's bytes).
+    fn key<'k>(&self, keys: &'k [u8], i: usize) -> &'k [u8] {
+        slot_key(keys, &self.slots[i])
     }
 
-    /// How many of the keys are below `b` (or equal to it, with
-    /// `inclusive`).
-    fn count_below(&self, b: &[u8], inclusive: bool) -> usize {
+    /// How many of the keys (in `keys`, the blind transaction's bytes)
+    /// are below `b` (or equal to it, with `inclusive`).
+    fn count_below(&self, keys: &[u8], b: &[u8], inclusive: bool) -> usize {
         let h = head(b);
         self.slots.partition_point(|e| match e.head.cmp(&h) {
             std::cmp::Ordering::Less => true,
             std::cmp::Ordering::Greater => false,
             std::cmp::Ordering::Equal => {
-                let k = slot_key(&self.keys, e);
+                let k = slot_key(keys, e);
                 k < b || (inclusive && k == b)
             }
         })
@@ -163,8 +162,7 @@ impl Run {
     }
 
     fn sorted(&self) -> &Sorted {
-        self.sorted
-            .get_or_init(|| Sorted::of(&self.blind, self.blind.ids()))
+        self.sorted.get_or_init(|| Sorted::of(&self.blind))
     }
 
     fn value(&self, i: usize) -> &[u8] {
@@ -174,8 +172,9 @@ impl Run {
     /// The value this run puts for `key` (a full key), if it puts one.
     pub(crate) fn get(&self, key: &[u8]) -> Option<&[u8]> {
         let sorted = self.sorted();
-        let i = sorted.count_below(key, false);
-        (i < sorted.slots.len() && sorted.key(i) == key).then(|| self.value(i))
+        let keys = self.blind.bytes();
+        let i = sorted.count_below(keys, key, false);
+        (i < sorted.slots.len() && sorted.key(keys, i) == key).then(|| self.value(i))
     }
 
     /// The run's puts from `start` to `end`, in key order.
@@ -185,17 +184,18 @@ impl Run {
         end: Bound<&[u8]>,
     ) -> impl Iterator<Item = (&'a [u8], Option<&'a [u8]>)> + 'a {
         let sorted = self.sorted();
+        let keys = self.blind.bytes();
         let from = match start {
             Bound::Unbounded => 0,
-            Bound::Included(s) => sorted.count_below(s, false),
-            Bound::Excluded(s) => sorted.count_below(s, true),
+            Bound::Included(s) => sorted.count_below(keys, s, false),
+            Bound::Excluded(s) => sorted.count_below(keys, s, true),
         };
         let to = match end {
             Bound::Unbounded => sorted.slots.len(),
-            Bound::Included(e) => sorted.count_below(e, true),
-            Bound::Excluded(e) => sorted.count_below(e, false),
+            Bound::Included(e) => sorted.count_below(keys, e, true),
+            Bound::Excluded(e) => sorted.count_below(keys, e, false),
         };
-        (from..to.max(from)).map(move |i| (sorted.key(i), Some(self.value(i))))
+        (from..to.max(from)).map(move |i| (sorted.key(keys, i), Some(self.value(i))))
     }
 
     /// Insert the run's puts into `layer`'s memtable under its LSN.

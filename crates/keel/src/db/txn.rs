@@ -310,10 +310,15 @@ impl Blind {
         }))
     }
 
-    /// The tables' ids [`Blind::encode_direct`] found, by index in
-    /// `tables`.
-    pub(crate) fn ids(&self) -> &[u32] {
-        &self.ids
+    /// The record's bytes: each put's full key is in them (its table's
+    /// id set once [`Blind::encode_direct`] has run).
+    pub(crate) fn bytes(&self) -> &[u8] {
+        &self.bytes
+    }
+
+    /// Where put `i`'s full key is in [`Blind::bytes`].
+    pub(crate) fn full_key_range(&self, i: usize) -> std::ops::Range<usize> {
+        self.puts[i].full_key()
     }
 
     /// Insert the puts into `layer` under `lsn`, in order (after
