@@ -69,6 +69,14 @@ fn check_fields(v: &serde_json::Value) {
     ] {
         assert!(!info[f].is_null(), "info.{f} missing in {v}");
     }
+    assert!(info["disk_interrupt_cpus"].is_array(), "{v}");
+    // Each commit counted once, on the CPU it returned on.
+    if let Some(by_cpu) = info["commits_by_cpu"].as_object() {
+        let counted: u64 = by_cpu.values().map(|n| n.as_u64().unwrap()).sum();
+        assert_eq!(Some(counted), v["commits"].as_u64(), "{v}");
+    } else {
+        assert_eq!(info["workload"], "r1", "commits_by_cpu missing in {v}");
+    }
 }
 
 #[test]

@@ -1132,7 +1132,7 @@ fn cpus_of_threads(name: &str) -> Vec<Vec<usize>> {
             .lines()
             .find_map(|l| l.strip_prefix("Cpus_allowed_list:"))
         {
-            found.push(placement::parse_cpu_list(list).unwrap());
+            found.push(crate::io::parse_cpu_list(list).unwrap());
         }
     }
     found

@@ -30,7 +30,9 @@ use std::path::Path;
 use std::sync::Arc;
 
 pub use aligned::AlignedBuf;
-pub use device::{device_logical_block_size, DeviceInfo};
+pub use device::{
+    cpu_list, device_logical_block_size, disk_interrupt_cpus, parse_cpu_list, DeviceInfo, MAX_CPU,
+};
 pub use error::{IoError, Result};
 pub use method::{ParseMethodError, WriteMethod};
 pub use real::RealVfs;

@@ -378,6 +378,10 @@ pub struct Outcome {
     pub cpu_us: f64,
     /// The machine's steal time during the timed region (see `steal_ms`).
     pub steal_ms: Option<f64>,
+    /// Commits that returned on each CPU (index: the CPU's number), as
+    /// the committing threads saw it right after each commit; empty for
+    /// reads.
+    pub committer_cpus: Vec<u64>,
     pub info: serde_json::Value,
 }
 
@@ -405,6 +409,16 @@ impl Outcome {
         info["cpu_us"] = json!(round(self.cpu_us, 0));
         info["cpu_us_per_commit"] = json!(round(self.cpu_us_per_commit(), 2));
         info["steal_ms"] = json!(self.steal_ms.map(|ms| round(ms, 0)));
+        if !self.committer_cpus.is_empty() {
+            let named: serde_json::Map<String, serde_json::Value> = self
+                .committer_cpus
+                .iter()
+                .enumerate()
+                .filter(|(_, &n)| n > 0)
+                .map(|(cpu, &n)| (cpu.to_string(), json!(n)))
+                .collect();
+            info["commits_by_cpu"] = serde_json::Value::Object(named);
+        }
         json!({
             "commits_per_s": round(self.commits_per_s(), 1),
             "p50_us": round(s.p50_us, 1),
@@ -421,6 +435,22 @@ impl Outcome {
     }
 }
 
+/// Add to `out`'s `info` the CPUs that take the interrupts of the disk
+/// under `dir`, and the share of commits that returned on one of them
+/// (`commits_on_interrupt_cpus`, 0 to 1): a committer woken elsewhere pays
+/// a wake-up across CPUs per write, so two runs of one engine can differ
+/// by it alone.
+fn note_interrupts(out: &mut Outcome, dir: &Path) {
+    let irq = keel::io::disk_interrupt_cpus(dir);
+    out.info["disk_interrupt_cpus"] = json!(irq);
+    let all: u64 = out.committer_cpus.iter().sum();
+    if irq.is_empty() || all == 0 {
+        return;
+    }
+    let on: u64 = irq.iter().filter_map(|&c| out.committer_cpus.get(c)).sum();
+    out.info["commits_on_interrupt_cpus"] = json!(round(on as f64 / all as f64, 3));
+}
+
 pub(super) fn round(x: f64, decimals: i32) -> f64 {
     let p = 10f64.powi(decimals);
     (x * p).round() / p
@@ -429,7 +459,9 @@ pub(super) fn round(x: f64, decimals: i32) -> f64 {
 pub fn run(args: CommitArgs) -> anyhow::Result<std::process::ExitCode> {
     let result = Spec::from_args(&args).and_then(|spec| {
         let out = with_dir(args.dir.as_deref(), "keel-bench-commit", |dir| {
-            run_one(&spec, dir)
+            let mut out = run_one(&spec, dir)?;
+            note_interrupts(&mut out, dir);
+            Ok(out)
         })?;
         Ok((spec, out))
     });
@@ -442,7 +474,7 @@ pub fn run(args: CommitArgs) -> anyhow::Result<std::process::ExitCode> {
             };
             eprintln!(
                 "{} {} T={} size={}: {:.0} {}/s, p50 {:.0} µs, p99 {:.0} µs, {:.2} context \
-                 switches and {:.1} µs CPU per {}",
+                 switches and {:.1} µs CPU per {}{}",
                 out.info["engine"].as_str().unwrap_or("?"),
                 spec.workload.name(),
                 spec.threads,
@@ -457,6 +489,13 @@ pub fn run(args: CommitArgs) -> anyhow::Result<std::process::ExitCode> {
                     "get"
                 } else {
                     "commit"
+                },
+                match out.info["commits_on_interrupt_cpus"].as_f64() {
+                    Some(share) => format!(
+                        "; {:.0} % returned on the CPU(s) taking the disk's interrupts",
+                        share * 100.0
+                    ),
+                    None => String::new(),
                 },
             );
             println!("{}", out.to_json(&spec));
@@ -856,7 +895,7 @@ pub(super) fn timed(spec: &Spec, pool: &ValuePool, c: &dyn Committer) -> anyhow:
     let mut started = Instant::now();
     let mut usage0 = (0, 0.0);
     let mut steal0 = None;
-    let results: Vec<anyhow::Result<(u64, LatencyRecorder)>> = std::thread::scope(|s| {
+    let results: Vec<anyhow::Result<(u64, LatencyRecorder, Vec<u64>)>> = std::thread::scope(|s| {
         let handles: Vec<_> = (0..spec.threads)
             .map(|t| {
                 let gate = &gate;
@@ -883,10 +922,17 @@ pub(super) fn timed(spec: &Spec, pool: &ValuePool, c: &dyn Committer) -> anyhow:
     let steal = steal0.zip(steal_ms()).map(|(a, b)| b - a);
     let mut latency = LatencyRecorder::new();
     let mut commits = 0;
+    let mut committer_cpus: Vec<u64> = Vec::new();
     for r in results {
-        let (n, lat) = r?;
+        let (n, lat, cpus) = r?;
         commits += n;
         latency.merge(&lat);
+        if committer_cpus.len() < cpus.len() {
+            committer_cpus.resize(cpus.len(), 0);
+        }
+        for (total, n) in committer_cpus.iter_mut().zip(cpus) {
+            *total += n;
+        }
     }
     Ok(Outcome {
         commits,
@@ -895,6 +941,7 @@ pub(super) fn timed(spec: &Spec, pool: &ValuePool, c: &dyn Committer) -> anyhow:
         context_switches: usage1.0 - usage0.0,
         cpu_us: usage1.1 - usage0.1,
         steal_ms: steal,
+        committer_cpus,
         info: json!({}),
     })
 }
@@ -910,18 +957,21 @@ struct Gate {
 
 /// Committing thread `t`: after the start, commit until the count is
 /// claimed, the time is up or a thread failed; its commits and their
-/// latencies.
+/// latencies, and how many returned on each CPU.
 fn commit_loop(
     spec: &Spec,
     pool: &ValuePool,
     c: &dyn Committer,
     t: usize,
     gate: &Gate,
-) -> anyhow::Result<(u64, LatencyRecorder)> {
+) -> anyhow::Result<(u64, LatencyRecorder, Vec<u64>)> {
     let mut rng = rand::rng();
     let mut lat = LatencyRecorder::new();
     let mut record = Vec::with_capacity(spec.encoded_bytes());
     let mut seq = 0u64;
+    // Made before the start, as the histogram is; grown only for a CPU
+    // numbered past it.
+    let mut cpus = vec![0u64; CPU_SLOTS];
     gate.barrier.wait();
     loop {
         if spec.count > 0 {
@@ -941,9 +991,32 @@ fn commit_loop(
             return Err(e);
         }
         lat.record(t0.elapsed());
+        count_cpu(&mut cpus);
         seq += 1;
     }
-    Ok((seq, lat))
+    Ok((seq, lat, cpus))
+}
+
+/// CPUs a committing thread counts commits on before it has to grow its
+/// counts.
+const CPU_SLOTS: usize = 64;
+
+/// Count one commit on the CPU this thread runs on now: where the
+/// commit's wake-up left it. A committer that sleeps on a CPU other than
+/// the one taking the disk's interrupts is woken across CPUs; on a VM that
+/// costs tens of µs per write (docs/bench-commit.md, "Background threads
+/// off the disk's interrupts").
+fn count_cpu(cpus: &mut Vec<u64>) {
+    // SAFETY: sched_getcpu takes no arguments and only returns a number
+    // (glibc reads it from the thread's restartable-sequence area or the
+    // vDSO: no system call on the commit's path).
+    let cpu = unsafe { libc::sched_getcpu() };
+    if let Ok(cpu) = usize::try_from(cpu) {
+        if cpu >= cpus.len() {
+            cpus.resize(cpu + 1, 0);
+        }
+        cpus[cpu] += 1;
+    }
 }
 
 /// Let the workers run for `seconds` from `started` (or until one of them

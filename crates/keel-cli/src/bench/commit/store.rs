@@ -428,6 +428,7 @@ fn timed_reads(spec: &Spec, db: &Database, keys: &[[u8; 16]]) -> anyhow::Result<
         context_switches: usage1.0 - usage0.0,
         cpu_us: usage1.1 - usage0.1,
         steal_ms: steal,
+        committer_cpus: Vec::new(),
         info: json!({}),
     };
     Ok((out, byte_sum))
