@@ -1,7 +1,8 @@
-//! Where the store's background threads run: by default, off the CPUs
-//! that take the interrupts of the disk the store is on.
+//! Where the store's background threads run: by default anywhere the
+//! opener may run; on request off the CPUs that take the interrupts of the
+//! disk the store is on, or on given CPUs.
 //!
-//! Why: a commit's journal write ends with the disk's completion
+//! Why one would keep them off the interrupts' CPUs: a commit's journal write ends with the disk's completion
 //! interrupt, which wakes the committing thread. When that thread sleeps
 //! on the CPU that takes the interrupt, the wake-up is local; on another
 //! CPU it needs an inter-processor interrupt, and on these VMs an idle
@@ -27,16 +28,17 @@ use crate::io::{cpu_list, disk_interrupt_cpus};
 
 /// Which CPUs the store's background threads (its helper and its
 /// checkpointer) may run on. Committing and reading threads are the
-/// caller's and never moved.
+/// caller's and never moved. See
+/// [`Options::background_cpus`](super::Options::background_cpus) for
+/// what each did here.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub enum BackgroundCpus {
-    /// Any CPU the thread that opens the store may run on.
+    /// Any CPU the thread that opens the store may run on (the default).
+    #[default]
     Any,
     /// The CPUs the opener may run on, less those that take the
     /// interrupts of the disk the store's directory is on — when that
-    /// leaves some; else any. Found once, when the store opens. See
-    /// [`Options::background_cpus`](super::Options::background_cpus).
-    #[default]
+    /// leaves some; else any. Found once, when the store opens.
     AwayFromDiskInterrupts,
     /// These CPUs, less those the opener may not run on (none left: the
     /// store refuses to open).
@@ -60,7 +62,7 @@ pub(crate) struct Placement {
     /// The CPUs they are kept to, in order; `None` when not restricted.
     pub cpus: Option<Vec<usize>>,
     /// The CPUs found taking the store's disk's interrupts (empty when
-    /// not looked for or not found).
+    /// not found).
     pub disk_interrupt_cpus: Vec<usize>,
 }
 
@@ -73,15 +75,10 @@ impl Placement {
         dir: &Path,
         allowed: &[usize],
     ) -> Result<Placement, String> {
-        match setting {
-            BackgroundCpus::Any => Ok(Placement::default()),
-            BackgroundCpus::AwayFromDiskInterrupts => {
-                let irq = disk_interrupt_cpus(dir);
-                Ok(Placement {
-                    cpus: away_from(allowed, &irq),
-                    disk_interrupt_cpus: irq,
-                })
-            }
+        let irq = disk_interrupt_cpus(dir);
+        let cpus = match setting {
+            BackgroundCpus::Any => None,
+            BackgroundCpus::AwayFromDiskInterrupts => away_from(allowed, &irq),
             BackgroundCpus::Only(cpus) => {
                 let mut kept: Vec<usize> = allowed
                     .iter()
@@ -96,12 +93,13 @@ impl Placement {
                         cpu_list(allowed)
                     ));
                 }
-                Ok(Placement {
-                    cpus: Some(kept),
-                    disk_interrupt_cpus: Vec::new(),
-                })
+                Some(kept)
             }
-        }
+        };
+        Ok(Placement {
+            cpus,
+            disk_interrupt_cpus: irq,
+        })
     }
 
     /// Keep the calling thread to the placement's CPUs (if restricted).
@@ -169,8 +167,10 @@ mod tests {
             Placement::find(&BackgroundCpus::Only(vec![9]), Path::new("/"), &[0, 1]).unwrap_err();
         assert!(e.contains("none of them"), "{e}");
         assert_eq!(
-            Placement::find(&BackgroundCpus::Any, Path::new("/"), &[0, 1]).unwrap(),
-            Placement::default()
+            Placement::find(&BackgroundCpus::Any, Path::new("/"), &[0, 1])
+                .unwrap()
+                .cpus,
+            None
         );
     }
 }
