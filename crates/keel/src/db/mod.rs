@@ -439,10 +439,10 @@ impl Database {
             )));
         }
         if let BackgroundCpus::Only(cpus) = &options.background_cpus {
-            if let Some(c) = cpus.iter().find(|&&c| c >= placement::MAX_CPU) {
+            if let Some(c) = cpus.iter().find(|&&c| c >= crate::io::MAX_CPU) {
                 return Err(DbError::BadOptions(format!(
                     "background_cpus names CPU {c}: at most {}",
-                    placement::MAX_CPU - 1
+                    crate::io::MAX_CPU - 1
                 )));
             }
             // Refused before the store's files are touched.

@@ -2,18 +2,21 @@
 //! opener may run; on request off the CPUs that take the interrupts of the
 //! disk the store is on, or on given CPUs.
 //!
-//! Why one would keep them off the interrupts' CPUs: a commit's journal write ends with the disk's completion
-//! interrupt, which wakes the committing thread. When that thread sleeps
-//! on the CPU that takes the interrupt, the wake-up is local; on another
-//! CPU it needs an inter-processor interrupt, and on these VMs an idle
-//! vCPU is halted, so the host must run it again first. With the whole
-//! process pinned by `taskset`, the journal engine's w3 (10,000
-//! transactions of 100 puts) ran at 0.75× its unpinned speed on the vCPU
-//! without the disk's interrupts, and at 1.03× on the one with them. The
-//! scheduler moves a lone committer to the interrupts' CPU when that CPU
-//! is otherwise idle — unless the store's own helper or checkpointer is
-//! busy there. Kept off it, they leave it to the committers
-//! (docs/bench-commit.md, "Background threads off the disk's interrupts").
+//! Why one would keep them off the interrupts' CPUs: a commit's journal
+//! write ends with the disk's completion interrupt, which wakes the
+//! committing thread. When that thread sleeps on the CPU that takes the
+//! interrupt, the wake-up is local; on another CPU it needs an
+//! inter-processor interrupt, and on these VMs an idle vCPU is halted, so
+//! the host must run it again first. With the whole process pinned by
+//! `taskset`, the journal engine's w3 (10,000 transactions of 100 puts)
+//! ran at 0.75× its unpinned speed on the vCPU without the disk's
+//! interrupts, and at 1.03× on the one with them. The scheduler moves a
+//! lone committer to the interrupts' CPU when that CPU is otherwise idle,
+//! unless the store's own helper or checkpointer is busy there. Kept off
+//! it, they leave it to the committers — but measured as the default it
+//! did not pay here (w1 4–6 % slower, w2 and w3 within the noise), so it
+//! is an option, not the default (docs/bench-commit.md, "Background
+//! threads off the disk's interrupts").
 //!
 //! How the CPUs are found: `crate::io::disk_interrupt_cpus` (sysfs and
 //! procfs; anything missing means "no restriction"). A disk whose
@@ -122,9 +125,6 @@ pub(crate) fn allowed_cpus() -> Vec<usize> {
         Err(_) => Vec::new(),
     }
 }
-
-/// The highest CPU number [`BackgroundCpus::Only`] may name, plus one.
-pub(crate) const MAX_CPU: usize = crate::io::MAX_CPU;
 
 /// `allowed` less `irq`, when `irq` takes some of `allowed` and leaves
 /// some.

@@ -1149,7 +1149,7 @@ fn background_threads_keep_to_their_cpus() {
     // CPUs (the default).
     let cpu = *allowed.last().unwrap();
     // A CPU the opener may not run on: left out.
-    let absent = placement::MAX_CPU - 1;
+    let absent = crate::io::MAX_CPU - 1;
     assert!(!allowed.contains(&absent));
     let vfs = SimVfs::new(1);
     let db = builder(&vfs)
@@ -1181,7 +1181,7 @@ fn background_threads_keep_to_their_cpus() {
         );
     }
     db.close().unwrap();
-    for cpus in [vec![], vec![placement::MAX_CPU], vec![absent]] {
+    for cpus in [vec![], vec![crate::io::MAX_CPU], vec![absent]] {
         let vfs = SimVfs::new(1);
         let bad = builder(&vfs)
             .background_cpus(BackgroundCpus::Only(cpus.clone()))
