@@ -395,7 +395,7 @@ pub struct Stats {
     /// any the opener may run on; see [`Options::background_cpus`]).
     pub background_cpus: Option<Vec<usize>>,
     /// The CPUs found taking the interrupts of the disk the store is on,
-    /// when the store opened (empty when not looked for or not found).
+    /// when the store opened (empty when not found).
     pub disk_interrupt_cpus: Vec<usize>,
     /// The page cache's counters since open.
     pub cache: CacheStats,
