@@ -56,7 +56,9 @@ pub enum DbCommand {
     Tables(StoreArgs),
     /// Print the store's figures: pages (in the file, free, waiting to be
     /// free), the tree (depth, nodes, entries), the page cache, the
-    /// journal (files and bytes on disk) and the last checkpoint.
+    /// journal (files and bytes on disk), the last checkpoint, and the
+    /// CPUs the store's background threads run on beside those taking the
+    /// disk's interrupts.
     #[command(after_help = EXIT_CODES)]
     Stats(StoreArgs),
     /// Check the store: open it (recovery validates the meta pages, the
