@@ -192,6 +192,32 @@ fn store_is_the_default_and_runs_every_workload() {
         (Some(20), Some(200))
     );
     assert_eq!(v["info"]["record_bytes"], 1 + 10 * (7 + 4 + 16 + 100));
+    assert_eq!(v["info"]["options"]["background_cpus"], "any", "{v}");
+    assert!(v["info"]["background_cpus"].is_null(), "{v}");
+
+    // The background threads kept to one CPU, by request; a bad list is
+    // refused before anything runs.
+    let out = protocol(
+        &dir,
+        "w3",
+        (1, 100, 20, 0.0, 10),
+        &["--background-cpus", "0"],
+    );
+    assert!(out.status.success(), "{out:?}");
+    let v = last_json(&out);
+    assert_eq!(v["info"]["options"]["background_cpus"], "only 0", "{v}");
+    assert_eq!(v["info"]["background_cpus"], serde_json::json!([0]), "{v}");
+    let out = protocol(
+        &dir,
+        "w3",
+        (1, 100, 20, 0.0, 10),
+        &["--background-cpus", "3-1"],
+    );
+    assert!(!out.status.success(), "{out:?}");
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("list of CPUs"),
+        "{out:?}"
+    );
 
     // r1: a few thousand keys, two readers for a second; every get found
     // its key (a missing one fails the run).

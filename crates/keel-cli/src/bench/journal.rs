@@ -22,6 +22,8 @@ use anyhow::Context;
 use clap::{Args, ValueEnum};
 use serde_json::json;
 
+use keel::db::BackgroundCpus;
+
 use super::commit::{with_dir, BatchStartArg, Engine, JournalFlags, Spec, Workload};
 use super::report::{median, number, progress, Align, Machine, Table};
 use crate::util::Size;
@@ -184,6 +186,7 @@ fn spec(a: &JournalArgs, c: Config, engine: Engine) -> Spec {
         writes_in_flight: c.in_flight,
         batch_start: c.start,
         start: false,
+        background_cpus: BackgroundCpus::Any,
     }
 }
 

@@ -19,6 +19,8 @@ use std::process::ExitCode;
 use clap::Args;
 use serde_json::json;
 
+use keel::db::BackgroundCpus;
+
 use super::commit::{with_dir, BatchStartArg, Engine, Spec, Values, Workload};
 use super::journal::{invocations, run_child};
 use super::report::{median, number, progress, Align, Machine, Table};
@@ -137,6 +139,7 @@ fn spec(a: &StoreArgs, c: Config) -> Spec {
         writes_in_flight: 1,
         batch_start: BatchStartArg::Auto,
         start: false,
+        background_cpus: BackgroundCpus::Any,
     }
 }
 

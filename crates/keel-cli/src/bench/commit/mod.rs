@@ -33,6 +33,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
 use clap::{Args, ValueEnum};
+use keel::db::BackgroundCpus;
 use keel::io::{AlignedBuf, OpenMode, OpenOptions, RealVfs, SyncKind, VfsFile, WriteMethod};
 use keel::journal::{BatchStart, Journal, JournalOptions, JournalStats};
 use rand::Rng;
@@ -144,6 +145,26 @@ pub struct CommitArgs {
     /// the threads and record size, at most 640M).
     #[arg(long)]
     pub preallocate: Option<Size>,
+    /// Store engine: the CPUs its helper and checkpointer threads may run
+    /// on — `any` (the store's default), `away` (off the CPUs taking the
+    /// disk's interrupts), or a CPU list such as `0` or `0,2-3`.
+    #[arg(long, value_parser = parse_background_cpus, default_value = "any")]
+    pub background_cpus: BackgroundCpus,
+}
+
+/// `--background-cpus`: `any`, `away`, or a kernel CPU list.
+fn parse_background_cpus(s: &str) -> Result<BackgroundCpus, String> {
+    match s {
+        "any" => Ok(BackgroundCpus::Any),
+        "away" => Ok(BackgroundCpus::AwayFromDiskInterrupts),
+        list => match keel::io::parse_cpu_list(list) {
+            Some(cpus) if !cpus.is_empty() => Ok(BackgroundCpus::Only(cpus)),
+            _ => Err(format!(
+                "{s:?} is not `any`, `away` or a list of CPUs such as 0,2-3 (each below {})",
+                keel::io::MAX_CPU
+            )),
+        },
+    }
 }
 
 /// `--batch-start`: where a batch starts when the previous one ended
@@ -215,6 +236,8 @@ pub struct Spec {
     pub writes_in_flight: usize,
     pub batch_start: BatchStartArg,
     pub start: bool,
+    /// The store engine's `Options::background_cpus`.
+    pub background_cpus: BackgroundCpus,
 }
 
 impl Spec {
@@ -264,6 +287,7 @@ impl Spec {
                 None => BatchStartArg::Auto,
             },
             start: a.start,
+            background_cpus: a.background_cpus.clone(),
         };
         spec.validate()?;
         Ok(spec)

@@ -118,6 +118,7 @@ fn create(spec: &Spec, dir: &Path) -> anyhow::Result<(Database, BenchTree)> {
     };
     let db = Database::builder()
         .journal(journal)
+        .background_cpus(spec.background_cpus.clone())
         .create(&sdir)
         .with_context(|| format!("creating a store in {}", sdir.display()))?;
     let mut txn = db.begin_write()?;
@@ -138,8 +139,9 @@ fn create(spec: &Spec, dir: &Path) -> anyhow::Result<(Database, BenchTree)> {
     Ok((db, guard))
 }
 
-/// The store's default options, as `info` reports them.
-fn options_json(db: &Database) -> serde_json::Value {
+/// The store's options (the defaults, `--background-cpus` aside), as
+/// `info` reports them.
+fn options_json(db: &Database, spec: &Spec) -> serde_json::Value {
     let o = Options::default();
     json!({
         "page_bytes": db.stats().page_size,
@@ -153,7 +155,7 @@ fn options_json(db: &Database) -> serde_json::Value {
         "reader_pinned_bytes": o.reader_pinned_bytes,
         "background_checkpoints": o.background_checkpoints,
         "background_nice": o.background_nice,
-        "background_cpus": o.background_cpus.name(),
+        "background_cpus": spec.background_cpus.name(),
         "paced_checkpoints": o.paced_checkpoints,
         "segment_bytes": db.journal().options().segment_size_bytes,
         "durability": "immediate",
@@ -243,7 +245,7 @@ pub(super) fn run(spec: &Spec, dir: &Path, pool: &ValuePool) -> anyhow::Result<O
         "batch": spec.batch,
         "record_bytes": spec.record_bytes(),
         "table": TABLE,
-        "options": options_json(&c.db),
+        "options": options_json(&c.db, spec),
         "before_timing": format!(
             "created a fresh store with default options and its table (one commit), and \
              prepared {} journal segment(s) of {} for {} of records (zero-filled, header \
@@ -343,7 +345,7 @@ fn run_reads(spec: &Spec, dir: &Path, pool: &ValuePool) -> anyhow::Result<Outcom
         "batch": spec.batch,
         "keys": spec.count,
         "table": TABLE,
-        "options": options_json(&db),
+        "options": options_json(&db, spec),
         "before_timing": format!(
             "created a fresh store with default options, loaded {} random 16-byte keys with \
              {}-byte values in {} transactions of {} puts in {:.0} ms ({:.0} puts/s, {} \
