@@ -439,15 +439,8 @@ impl Database {
             )));
         }
         if let BackgroundCpus::Only(cpus) = &options.background_cpus {
-            if let Some(c) = cpus.iter().find(|&&c| c >= crate::io::MAX_CPU) {
-                return Err(DbError::BadOptions(format!(
-                    "background_cpus names CPU {c}: at most {}",
-                    crate::io::MAX_CPU - 1
-                )));
-            }
             // Refused before the store's files are touched.
-            placement::Placement::find(&options.background_cpus, path, &placement::allowed_cpus())
-                .map_err(DbError::BadOptions)?;
+            placement::only(cpus, &placement::allowed_cpus()).map_err(DbError::BadOptions)?;
         }
         let background = options.background_checkpoints;
         let nice = options.background_nice;

@@ -72,7 +72,7 @@ pub(crate) struct Placement {
 impl Placement {
     /// Where `setting` puts the background threads of a store in `dir`,
     /// for an opener that may run on `allowed`. `Err` says why an `Only`
-    /// list leaves no CPU.
+    /// list is refused (see [`only`]).
     pub fn find(
         setting: &BackgroundCpus,
         dir: &Path,
@@ -82,22 +82,7 @@ impl Placement {
         let cpus = match setting {
             BackgroundCpus::Any => None,
             BackgroundCpus::AwayFromDiskInterrupts => away_from(allowed, &irq),
-            BackgroundCpus::Only(cpus) => {
-                let mut kept: Vec<usize> = allowed
-                    .iter()
-                    .copied()
-                    .filter(|c| cpus.contains(c))
-                    .collect();
-                kept.dedup();
-                if kept.is_empty() {
-                    return Err(format!(
-                        "background_cpus is only {}: none of them is a CPU this thread may run on ({})",
-                        cpu_list(cpus),
-                        cpu_list(allowed)
-                    ));
-                }
-                Some(kept)
-            }
+            BackgroundCpus::Only(cpus) => Some(only(cpus, allowed)?),
         };
         Ok(Placement {
             cpus,
@@ -116,6 +101,32 @@ impl Placement {
         }
         let _ = rustix::thread::sched_setaffinity(None, &set);
     }
+}
+
+/// The CPUs of an [`BackgroundCpus::Only`] list the opener may run on
+/// (`allowed`), in order; `Err` says why there are none, or names a CPU
+/// past the largest a CPU set holds. No I/O: `Database::open` checks a
+/// list with it before the store's files are touched.
+pub(crate) fn only(cpus: &[usize], allowed: &[usize]) -> Result<Vec<usize>, String> {
+    if let Some(c) = cpus.iter().find(|&&c| c >= crate::io::MAX_CPU) {
+        return Err(format!(
+            "background_cpus names CPU {c}: at most {}",
+            crate::io::MAX_CPU - 1
+        ));
+    }
+    let kept: Vec<usize> = allowed
+        .iter()
+        .copied()
+        .filter(|c| cpus.contains(c))
+        .collect();
+    if kept.is_empty() {
+        return Err(format!(
+            "background_cpus is only {}: none of them is a CPU this thread may run on ({})",
+            cpu_list(cpus),
+            cpu_list(allowed)
+        ));
+    }
+    Ok(kept)
 }
 
 /// The CPUs the calling thread may run on, in order.
