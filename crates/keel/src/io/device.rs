@@ -136,31 +136,17 @@ fn unescape(s: &str) -> String {
 /// their parent disk; device-mapper and others to themselves).
 fn sysfs_disk(dev: &str) -> Option<String> {
     let link = std::fs::canonicalize(format!("/sys/dev/block/{dev}")).ok()?;
-    let dir = if link.join("partition").exists() {
-        link.parent()?.to_path_buf()
-    } else {
-        link
-    };
-    dir.file_name().map(|n| n.to_string_lossy().into_owned())
+    whole_disk(&link)
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn finds_root_fs() {
-        let info = DeviceInfo::for_path(Path::new("/"));
-        assert_eq!(info.mount_point.as_deref(), Some(Path::new("/")));
-        assert!(info.fs_type.is_some());
-        assert!(info.super_options.is_some());
-        assert!(info.kernel.is_some());
-    }
-
-    #[test]
-    fn unescapes_octal() {
-        assert_eq!(unescape(r"/mnt/a\040b"), "/mnt/a b");
-        assert_eq!(unescape("/plain"), "/plain");
+/// A block device's sysfs directory (canonical), or its disk's for a
+/// partition.
+fn whole_disk(block: &Path) -> PathBuf {
+    match block.parent() {
+        Some(disk) if block.join("partition").exists() => disk.to_path_buf(),
+        _ => block.to_path_buf(),
     }
 }
 
@@ -214,25 +200,20 @@ pub(crate) fn disk_interrupt_cpus_in(sys: &Path, proc_irq: &Path, dev: (u32, u32
     cpus
 }
 
-/// The whole disks behind block device directory `block`: itself, its
-/// parent for a partition, or (device mapper, md) the disks behind each
-/// of its `slaves`.
+/// The whole disks behind block device directory `block`: its disk
+/// ([`whole_disk`]), or (device mapper, md) the disks behind each of that
+/// one's `slaves`.
 fn collect_disks(block: &Path, depth: usize, out: &mut Vec<PathBuf>) {
     // Stacks of device mappers are shallow; a loop in a broken sysfs is not.
     if depth > 8 {
         return;
     }
-    if block.join("partition").exists() {
-        if let Some(parent) = block.parent() {
-            collect_disks(parent, depth + 1, out);
-        }
-        return;
-    }
-    let slaves: Vec<PathBuf> = fs::read_dir(block.join("slaves"))
+    let disk = whole_disk(block);
+    let slaves: Vec<PathBuf> = fs::read_dir(disk.join("slaves"))
         .map(|d| d.filter_map(|e| e.ok()).map(|e| e.path()).collect())
         .unwrap_or_default();
     if slaves.is_empty() {
-        out.push(block.to_path_buf());
+        out.push(disk);
         return;
     }
     for s in slaves {
@@ -323,6 +304,26 @@ pub fn cpu_list(cpus: &[usize]) -> String {
         i = j + 1;
     }
     parts.join(",")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn finds_root_fs() {
+        let info = DeviceInfo::for_path(Path::new("/"));
+        assert_eq!(info.mount_point.as_deref(), Some(Path::new("/")));
+        assert!(info.fs_type.is_some());
+        assert!(info.super_options.is_some());
+        assert!(info.kernel.is_some());
+    }
+
+    #[test]
+    fn unescapes_octal() {
+        assert_eq!(unescape(r"/mnt/a\040b"), "/mnt/a b");
+        assert_eq!(unescape("/plain"), "/plain");
+    }
 }
 
 #[cfg(test)]
