@@ -7,6 +7,7 @@
 
 use std::sync::Arc;
 
+use super::read::PREFIX;
 use crate::le::{get_u16, get_u32, put_u16, put_u32};
 
 /// The first byte of a transaction record.
@@ -92,15 +93,15 @@ fn push_put_fixed(out: &mut Vec<u8>, key_len: usize, value_len: usize) {
 /// then — by the caller, or gathered at submit — its `value_len` bytes of
 /// value. The full key is at [`PUT_FIXED_BYTES`] from the put's start.
 pub(crate) fn push_put_head_unresolved(out: &mut Vec<u8>, key: &[u8], value_len: usize) {
-    push_put_fixed(out, 4 + key.len(), value_len);
-    out.extend_from_slice(&[0; 4]);
+    push_put_fixed(out, PREFIX + key.len(), value_len);
+    out.extend_from_slice(&[0; PREFIX]);
     out.extend_from_slice(key);
 }
 
 /// Set the table id of the put that starts at `at` in `record` (made by
 /// [`push_put_head_unresolved`]).
 pub(crate) fn set_put_table(record: &mut [u8], at: usize, id: u32) {
-    record[at + PUT_FIXED_BYTES..at + PUT_FIXED_BYTES + 4].copy_from_slice(&id.to_be_bytes());
+    record[at + PUT_FIXED_BYTES..at + PUT_FIXED_BYTES + PREFIX].copy_from_slice(&id.to_be_bytes());
 }
 
 /// Why a record did not decode.

@@ -129,17 +129,6 @@ impl BlindPut {
     }
 }
 
-/// A put's key (the user's) and value in `bytes` (a [`Blind`]'s), or its
-/// large value.
-fn key_value<'b>(bytes: &'b [u8], p: &'b BlindPut) -> (&'b [u8], &'b [u8]) {
-    let key = &bytes[p.at + KEY_AT + PREFIX..p.value_at()];
-    let value = match &p.large {
-        Some(v) => &v[..],
-        None => &bytes[p.value_at()..p.value_at() + p.value_len],
-    };
-    (key, value)
-}
-
 impl Blind {
     pub(crate) fn new() -> Blind {
         Blind {
@@ -231,7 +220,12 @@ impl Blind {
     /// A put's key and value: the value from `bytes`, or the large one
     /// kept whole.
     fn key_value<'b>(&'b self, p: &'b BlindPut) -> (&'b [u8], &'b [u8]) {
-        key_value(&self.bytes, p)
+        let key = &self.bytes[p.at + KEY_AT + PREFIX..p.value_at()];
+        let value = match &p.large {
+            Some(v) => &v[..],
+            None => &self.bytes[p.value_at()..p.value_at() + p.value_len],
+        };
+        (key, value)
     }
 
     /// Put `i` (in the order made): table index, key, value.
@@ -255,8 +249,8 @@ impl Blind {
 
     /// The record straight from the puts, in the order they were made:
     /// the transaction's own bytes, once each table's id is set in its
-    /// puts' full keys (kept in `ids` for the memtable's insert and for
-    /// readers of a run) — when every table exists in `base` (as the
+    /// puts' full keys (which the memtable's insert and readers of a run
+    /// then take from them) — when every table exists in `base` (as the
     /// writer sees it) and the record fits (its bound does). Large values
     /// are gathered at submit, not copied (see [`Record`]). Else `None`:
     /// replay it (`Active::replay`).
@@ -328,7 +322,7 @@ impl Blind {
         w.insert_all(
             lsn,
             self.puts.iter().map(|p| {
-                let (_, value) = key_value(&self.bytes, p);
+                let (_, value) = self.key_value(p);
                 (&self.bytes[p.full_key()], Some(value))
             }),
         );
