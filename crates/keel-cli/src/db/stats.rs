@@ -5,6 +5,7 @@ use std::path::Path;
 use std::process::ExitCode;
 
 use keel::db::{Database, DbError, DATA_FILE, JOURNAL_DIR};
+use keel::io::cpu_list;
 use serde::Serialize;
 
 use super::args::StoreArgs;
@@ -264,24 +265,7 @@ fn render(r: &Report) -> String {
         r.cache.evictions,
         format_size_approx(r.cache.cached_bytes)
     );
-    let list = |cpus: &[usize]| {
-        cpus.iter()
-            .map(|c| c.to_string())
-            .collect::<Vec<_>>()
-            .join(",")
-    };
-    let interrupts = if r.background.disk_interrupt_cpus.is_empty() {
-        "not found".to_string()
-    } else {
-        format!("on CPU {}", list(&r.background.disk_interrupt_cpus))
-    };
-    out += &format!(
-        "background   helper and checkpointer on {}; the disk's interrupts {interrupts}\n",
-        match &r.background.cpus {
-            Some(cpus) => format!("CPU {}", list(cpus)),
-            None => "any CPU".to_string(),
-        }
-    );
+    out += &background_line(&r.background);
     out += &format!(
         "limits       keys up to {} bytes, values up to {}, transactions up to {}\n",
         r.limits.max_key_bytes,
@@ -289,4 +273,21 @@ fn render(r: &Report) -> String {
         format_size_approx(r.limits.max_transaction_bytes as u64)
     );
     out
+}
+
+/// The `background` line: where the store's helper and checkpointer run,
+/// and where the disk's interrupts go.
+fn background_line(b: &Background) -> String {
+    let interrupts = if b.disk_interrupt_cpus.is_empty() {
+        "not found".to_string()
+    } else {
+        format!("on CPU {}", cpu_list(&b.disk_interrupt_cpus))
+    };
+    let threads = match &b.cpus {
+        Some(cpus) => format!("CPU {}", cpu_list(cpus)),
+        None => "any CPU".to_string(),
+    };
+    format!(
+        "background   helper and checkpointer on {threads}; the disk's interrupts {interrupts}\n"
+    )
 }
