@@ -195,30 +195,6 @@ fn store_is_the_default_and_runs_every_workload() {
     assert_eq!(v["info"]["options"]["background_cpus"], "any", "{v}");
     assert!(v["info"]["background_cpus"].is_null(), "{v}");
 
-    // The background threads kept to one CPU, by request; a bad list is
-    // refused before anything runs.
-    let out = protocol(
-        &dir,
-        "w3",
-        (1, 100, 20, 0.0, 10),
-        &["--background-cpus", "0"],
-    );
-    assert!(out.status.success(), "{out:?}");
-    let v = last_json(&out);
-    assert_eq!(v["info"]["options"]["background_cpus"], "only 0", "{v}");
-    assert_eq!(v["info"]["background_cpus"], serde_json::json!([0]), "{v}");
-    let out = protocol(
-        &dir,
-        "w3",
-        (1, 100, 20, 0.0, 10),
-        &["--background-cpus", "3-1"],
-    );
-    assert!(!out.status.success(), "{out:?}");
-    assert!(
-        String::from_utf8_lossy(&out.stderr).contains("list of CPUs"),
-        "{out:?}"
-    );
-
     // r1: a few thousand keys, two readers for a second; every get found
     // its key (a missing one fails the run).
     let out = protocol(&dir, "r1", (2, 100, 3000, 1.0, 500), &[]);
@@ -254,6 +230,35 @@ fn store_is_the_default_and_runs_every_workload() {
 
     // The store's directory is gone; the given directory stays.
     assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 0);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// `--background-cpus`: the store's helper and checkpointer kept to one
+/// CPU, by request; a bad list is refused before anything runs.
+#[test]
+fn store_background_cpus_by_request() {
+    let dir = scratch("bench-commit-background");
+    let out = protocol(
+        &dir,
+        "w3",
+        (1, 100, 20, 0.0, 10),
+        &["--background-cpus", "0"],
+    );
+    assert!(out.status.success(), "{out:?}");
+    let v = last_json(&out);
+    assert_eq!(v["info"]["options"]["background_cpus"], "only 0", "{v}");
+    assert_eq!(v["info"]["background_cpus"], serde_json::json!([0]), "{v}");
+    let out = protocol(
+        &dir,
+        "w3",
+        (1, 100, 20, 0.0, 10),
+        &["--background-cpus", "3-1"],
+    );
+    assert!(!out.status.success(), "{out:?}");
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("list of CPUs"),
+        "{out:?}"
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }
 

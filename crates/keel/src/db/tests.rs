@@ -1059,6 +1059,19 @@ fn a_panic_while_a_group_is_told_its_results_poisons_the_store() {
     }
 }
 
+/// The `/proc/self/task` directories of this process's threads named
+/// `name`.
+fn threads_named(name: &str) -> Vec<std::path::PathBuf> {
+    std::fs::read_dir("/proc/self/task")
+        .unwrap()
+        .flatten()
+        .map(|entry| entry.path())
+        .filter(|task| {
+            std::fs::read_to_string(task.join("comm")).is_ok_and(|comm| comm.trim() == name)
+        })
+        .collect()
+}
+
 /// The nice value of thread `tid`.
 fn nice_of(tid: i32) -> Option<i32> {
     let pid = rustix::process::Pid::from_raw(tid)?;
@@ -1081,13 +1094,11 @@ fn background_threads_run_below_the_opener() {
     // default; each lowers its own priority once it runs.
     let threads = || {
         let mut found = Vec::new();
-        for entry in std::fs::read_dir("/proc/self/task").unwrap().flatten() {
-            let comm = std::fs::read_to_string(entry.path().join("comm")).unwrap_or_default();
-            let comm = comm.trim().to_string();
-            if comm == "keel-helper" || comm == "keel-checkpoint" {
-                let tid: i32 = entry.file_name().to_string_lossy().parse().unwrap();
+        for name in ["keel-helper", "keel-checkpoint"] {
+            for task in threads_named(name) {
+                let tid: i32 = task.file_name().unwrap().to_string_lossy().parse().unwrap();
                 if let Some(nice) = nice_of(tid) {
-                    found.push((comm, nice));
+                    found.push((name.to_string(), nice));
                 }
             }
         }
@@ -1122,12 +1133,8 @@ fn background_threads_run_below_the_opener() {
 /// The CPUs each of this process's threads named `name` may run on.
 fn cpus_of_threads(name: &str) -> Vec<Vec<usize>> {
     let mut found = Vec::new();
-    for entry in std::fs::read_dir("/proc/self/task").unwrap().flatten() {
-        let comm = std::fs::read_to_string(entry.path().join("comm")).unwrap_or_default();
-        if comm.trim() != name {
-            continue;
-        }
-        let status = std::fs::read_to_string(entry.path().join("status")).unwrap_or_default();
+    for task in threads_named(name) {
+        let status = std::fs::read_to_string(task.join("status")).unwrap_or_default();
         if let Some(list) = status
             .lines()
             .find_map(|l| l.strip_prefix("Cpus_allowed_list:"))
