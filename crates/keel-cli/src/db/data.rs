@@ -127,9 +127,7 @@ pub fn put(a: PutArgs) -> Result<ExitCode, Failure> {
 /// reading it all into memory, when it is larger than a value or a
 /// transaction may be.
 fn read_value_file(path: &Path, limits: &Limits) -> Result<Vec<u8>, Failure> {
-    let max = limits
-        .max_value_bytes
-        .min(limits.max_transaction_bytes as u64);
+    let max = limits.max_value_bytes;
     let named = || format!("--value-file {}", path.display());
     let unreadable = |e: std::io::Error| Failure::bad_input(format!("{}: {e}", named()));
     let source: Box<dyn Read> = if path == Path::new("-") {

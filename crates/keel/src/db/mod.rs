@@ -60,7 +60,7 @@ pub use read::{Iter, KeyRange, KeyValue, ReadTxn, Table, Value, MAX_TABLE_NAME_B
 pub use store::{DATA_FILE, JOURNAL_DIR, LOCK_FILE};
 pub use txn::{TableMut, WriteTxn};
 
-use crate::btree::{CacheStats, PageSize, MAX_VALUE_BYTES};
+use crate::btree::{CacheStats, PageSize};
 use crate::io::{RealVfs, Vfs};
 use crate::journal::{JournalOptions, JournalStats, Lsn};
 use store::Shared;
@@ -555,10 +555,11 @@ impl Database {
 
     /// The largest key, value and transaction the store accepts.
     pub fn limits(&self) -> Limits {
+        let max_transaction_bytes = self.shared.journal.options().max_record_bytes();
         Limits {
             max_key_bytes: read::max_key_bytes(&self.shared),
-            max_value_bytes: MAX_VALUE_BYTES,
-            max_transaction_bytes: self.shared.journal.options().max_record_bytes(),
+            max_value_bytes: txn::max_value_bytes(max_transaction_bytes),
+            max_transaction_bytes,
         }
     }
 
@@ -609,7 +610,11 @@ pub struct CheckReport {
 pub struct Limits {
     /// The longest key, in bytes (it depends on the page size).
     pub max_key_bytes: usize,
-    /// The longest value, in bytes.
+    /// The longest value, in bytes: the most one transaction's record can
+    /// hold (a put under an empty key, alone in its transaction, into a
+    /// table that exists: `max_transaction_bytes` less 12), at most
+    /// 2³² − 1 (the format's limit): 64 MiB less 4,140 bytes with the
+    /// default 64 MiB journal segments; larger segments take larger values.
     pub max_value_bytes: u64,
     /// The most bytes of one transaction's journal record: 1, plus 11 and
     /// its key and value for each put, 7 and its key for each delete (the

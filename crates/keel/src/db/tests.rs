@@ -135,11 +135,33 @@ fn oversized_keys_values_and_transactions_are_refused_before_submit() {
         Err(DbError::KeyTooLong { .. })
     ));
     t.insert(vec![1u8; limits.max_key_bytes], b"ok").unwrap();
-    let big = vec![0u8; limits.max_transaction_bytes];
+    // A value past what one record can hold is refused as a value, for
+    // any key; one that fits alone but not beside its key, as the
+    // transaction's size.
+    let max_value = usize::try_from(limits.max_value_bytes).unwrap();
+    assert!(max_value < limits.max_transaction_bytes);
+    match t.insert(b"", vec![0u8; max_value + 1]) {
+        Err(DbError::ValueTooLong { len, max }) => {
+            assert_eq!((len, max), (max_value as u64 + 1, limits.max_value_bytes))
+        }
+        other => panic!("{other:?}"),
+    }
     assert!(matches!(
-        t.insert(b"k", &big),
+        t.insert(b"k", vec![0u8; max_value]),
         Err(DbError::TransactionTooLarge { .. })
     ));
+    w.commit().unwrap();
+    // The longest value does fit, alone in its transaction.
+    let mut w = db.begin_write().unwrap();
+    w.open_table("t")
+        .unwrap()
+        .insert(b"", vec![7u8; max_value])
+        .unwrap();
+    assert_eq!(w.record_bytes().unwrap(), limits.max_transaction_bytes);
+    w.commit().unwrap();
+    assert_eq!(get(&db, "t", b"").map(|v| v.len()), Some(max_value));
+    let mut w = db.begin_write().unwrap();
+    w.open_table("t").unwrap().remove(b"").unwrap();
     w.commit().unwrap();
     let r = db.begin_read();
     assert_eq!(r.open_table("t").unwrap().iter().count(), 1);

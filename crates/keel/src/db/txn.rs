@@ -331,6 +331,16 @@ impl Blind {
 
 /// The catalog entries creating table `name` adds to a record: the next
 /// id's counter and the name's entry.
+/// The longest value a transaction can hold with records of at most
+/// `max_record` bytes: one put of it under an empty key, alone in its
+/// transaction, into a table that exists (the record's kind byte, the
+/// put's fixed bytes and the table's id), and never more than the format's
+/// [`MAX_VALUE_BYTES`].
+pub(crate) fn max_value_bytes(max_record: usize) -> u64 {
+    let overhead = 1 + PUT_FIXED_BYTES + PREFIX;
+    (max_record.saturating_sub(overhead) as u64).min(MAX_VALUE_BYTES)
+}
+
 fn create_table_bytes(name: &str) -> usize {
     2 * (PUT_FIXED_BYTES + PREFIX + 4) + name.len()
 }
@@ -710,6 +720,10 @@ impl WriteTxn {
         self.shared.journal.options().max_record_bytes()
     }
 
+    fn max_value(&self) -> u64 {
+        max_value_bytes(self.max_record())
+    }
+
     /// The transaction with the writer slot: taken now (waiting while
     /// another transaction holds it) if not yet, the blind changes
     /// replayed.
@@ -855,10 +869,11 @@ impl TableMut<'_> {
     pub fn insert(&mut self, key: impl AsRef<[u8]>, value: impl AsRef<[u8]>) -> Result<()> {
         let (key, value) = (key.as_ref(), value.as_ref());
         self.check_key(key)?;
-        if value.len() as u64 > MAX_VALUE_BYTES {
+        let max = self.txn.max_value();
+        if value.len() as u64 > max {
             return Err(DbError::ValueTooLong {
                 len: value.len() as u64,
-                max: MAX_VALUE_BYTES,
+                max,
             });
         }
         self.txn.insert(self.slot, key, value)
