@@ -549,20 +549,37 @@ fn strace_every_commit_is_a_durable_write() {
 fn bench_store_quick_reports_targets() {
     let dir = scratch("bench-store");
     let out = keel()
-        .args(["bench", "store", "--quick", "--r1", "--json", "--dir"])
+        .args([
+            "bench", "store", "--quick", "--r1", "--noise", "--json", "--dir",
+        ])
         .arg(&dir)
         .output()
         .unwrap();
     assert!(out.status.success(), "{out:?}");
     let v = last_json(&out);
     let runs = v["runs"].as_array().unwrap();
-    assert_eq!(runs.len(), 9, "w3 ×3, w1 ×2, w2 ×2, r1 ×2: {v}");
+    assert_eq!(
+        runs.len(),
+        11,
+        "w3 ×3 and the journal again, w1 ×2 and the journal again, w2 ×2, r1 ×2: {v}"
+    );
     for r in runs {
         let cmd = r["command"].as_str().unwrap();
         assert!(cmd.starts_with("keel bench commit --workload "), "{cmd}");
         check_fields(&r["result"]);
         assert_eq!(r["result"]["info"]["engine"], r["engine"], "{r}");
     }
+    let again: Vec<(&str, &str)> = runs
+        .iter()
+        .filter(|r| r["again"] == true)
+        .map(|r| {
+            (
+                r["workload"].as_str().unwrap(),
+                r["engine"].as_str().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(again, [("w3", "journal"), ("w1", "journal")]);
     let rows = v["rows"].as_array().unwrap();
     let names: Vec<&str> = rows
         .iter()
@@ -592,6 +609,16 @@ fn bench_store_quick_reports_targets() {
             "{reference}: {got} vs {expected}"
         );
     }
+    // The journal against itself: the second run's median over the
+    // first's (`--noise`), for the rows with a journal reference at T=1.
+    for row in &rows[..2] {
+        let noise = &row["noise"];
+        let expected = noise["median"].as_f64().unwrap()
+            / row["references"]["journal"]["median"].as_f64().unwrap();
+        let got = noise["ratio"].as_f64().unwrap();
+        assert!((got - expected).abs() < 0.01, "{row}");
+    }
+    assert!(rows[2]["noise"].is_null(), "{}", rows[2]);
     let targets = w3["targets"].as_array().unwrap();
     assert_eq!(targets.len(), 2, "{w3}");
     assert!(targets.iter().all(|t| t["met"].is_boolean()), "{w3}");
@@ -611,6 +638,7 @@ fn bench_store_quick_reports_targets() {
     assert!(table.contains("| w3 "), "{table}");
     assert!(table.contains("steal ms"), "{table}");
     assert!(table.contains("store / raw ≥ 0.8"), "{table}");
+    assert!(!table.contains("The journal against itself"), "{table}");
     assert!(
         table.contains("published as runs that readers search, and were inserted"),
         "{table}"

@@ -8,7 +8,10 @@
 //! of N loaded keys) on the store at one and two threads. Odd rounds run
 //! the list backwards. The table gives medians over the rounds, the ratios
 //! of the medians, and each target: w3 ≥ 0.8× the raw floor and ≥ 0.85×
-//! the journal, w1 ≥ 0.9× the journal, w2 ≥ 100,000 commits/s.
+//! the journal, w1 ≥ 0.9× the journal, w2 ≥ 100,000 commits/s. With
+//! `--noise`, each round also runs the journal a second time beside the
+//! store's w3 and w1 runs, and the report gives the journal against
+//! itself: what the machine's noise alone does to a ratio.
 //!
 //! Every run is a `keel bench commit` process of its own, with the
 //! protocol's flags (see `bench journal`).
@@ -59,6 +62,13 @@ pub struct StoreArgs {
     /// r1: keys loaded (untimed, in transactions of 1,000 puts).
     #[arg(long, default_value_t = 1_000_000)]
     pub r1_keys: u64,
+    /// Also run the journal a second time in each round, beside the
+    /// store's w3 and w1 runs, and report the journal against itself (the
+    /// second run's median over the first's): the ratio the machine's
+    /// noise alone gives, to judge a missed target by. The targets use
+    /// the first runs only.
+    #[arg(long)]
+    pub noise: bool,
     /// A short run (1 round; w3 500 transactions, w1 256 commits, w2 16
     /// threads for 0.5 s, r1 20,000 keys for 0.3 s): checks that it runs,
     /// not the speed.
@@ -79,6 +89,9 @@ struct Config {
     workload: Workload,
     threads: usize,
     engine: Engine,
+    /// A second run of `engine` in the round (`--noise`): compared with
+    /// the first, never used as a reference.
+    again: bool,
 }
 
 struct Run {
@@ -148,21 +161,47 @@ fn round_list(a: &StoreArgs) -> Vec<Config> {
         workload,
         threads,
         engine,
+        again: false,
+    };
+    // The second journal run comes after the store's, so that the store
+    // sits between the two in every round, either way round.
+    let again = |workload| Config {
+        again: true,
+        ..c(workload, 1, Engine::Journal)
     };
     let mut list = vec![
         c(Workload::W3, 1, Engine::Raw),
         c(Workload::W3, 1, Engine::Journal),
         c(Workload::W3, 1, Engine::Store),
+    ];
+    if a.noise {
+        list.push(again(Workload::W3));
+    }
+    list.extend([
         c(Workload::W1, 1, Engine::Journal),
         c(Workload::W1, 1, Engine::Store),
+    ]);
+    if a.noise {
+        list.push(again(Workload::W1));
+    }
+    list.extend([
         c(Workload::W2, a.w2_threads, Engine::Journal),
         c(Workload::W2, a.w2_threads, Engine::Store),
-    ];
+    ]);
     if a.r1 {
         list.push(c(Workload::R1, 1, Engine::Store));
         list.push(c(Workload::R1, 2, Engine::Store));
     }
     list
+}
+
+/// The engine's name, and "(again)" after a second run's.
+fn config_name(c: Config) -> String {
+    if c.again {
+        format!("{} (again)", engine_name(c.engine))
+    } else {
+        engine_name(c.engine).into()
+    }
 }
 
 fn engine_name(e: Engine) -> &'static str {
@@ -194,7 +233,7 @@ fn run_in(a: &StoreArgs, dir: &Path) -> anyhow::Result<ExitCode> {
             let label = format!(
                 "round {} {:>7} {} T={}",
                 round + 1,
-                engine_name(config.engine),
+                config_name(config),
                 config.workload.name(),
                 config.threads
             );
@@ -226,6 +265,7 @@ fn run_in(a: &StoreArgs, dir: &Path) -> anyhow::Result<ExitCode> {
                 "workload": r.config.workload.name(),
                 "threads": r.config.threads,
                 "engine": engine_name(r.config.engine),
+                "again": r.config.again,
                 "round": r.round + 1,
                 "command": format!("keel {}", r.args.join(" ")),
                 "result": r.result,
@@ -238,14 +278,28 @@ fn run_in(a: &StoreArgs, dir: &Path) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// The rates of one configuration's runs, and their median.
+/// The rates of one configuration's runs (the first of each round), and
+/// their median.
 fn rates(runs: &[Run], workload: Workload, threads: usize, engine: Engine) -> (Vec<f64>, f64) {
+    rates_of(runs, workload, threads, engine, false)
+}
+
+/// The rates of one configuration's first (`again` false) or second runs,
+/// in round order, and their median.
+fn rates_of(
+    runs: &[Run],
+    workload: Workload,
+    threads: usize,
+    engine: Engine,
+    again: bool,
+) -> (Vec<f64>, f64) {
     let v: Vec<f64> = runs
         .iter()
         .filter(|r| {
             r.config.workload == workload
                 && r.config.threads == threads
                 && r.config.engine == engine
+                && r.config.again == again
         })
         .map(Run::rate)
         .collect();
@@ -350,12 +404,25 @@ fn summary_row(
         );
     }
     let info = &mid["info"];
+    let (again, again_median) = rates_of(runs, workload, threads, Engine::Journal, true);
+    let noise = if again.is_empty() {
+        serde_json::Value::Null
+    } else {
+        let (_, journal) = rates(runs, workload, threads, Engine::Journal);
+        json!({
+            "engine": "journal",
+            "per_s": again.iter().map(|x| x.round()).collect::<Vec<_>>(),
+            "median": again_median.round(),
+            "ratio": ratio(again_median, journal),
+        })
+    };
     json!({
         "workload": workload.name(),
         "threads": threads,
         "store_per_s": store.iter().map(|x| x.round()).collect::<Vec<_>>(),
         "store_median": store_median.round(),
         "references": refs_json,
+        "noise": noise,
         "targets": targets,
         "p50_us": mid["p50_us"].clone(),
         "p99_us": mid["p99_us"].clone(),
@@ -477,6 +544,44 @@ By round:
     out
 }
 
+/// For each row with second journal runs (`--noise`): the journal
+/// against itself, from the medians and round by round.
+fn noise_lines(rows: &[serde_json::Value]) -> String {
+    let per_s = |v: &serde_json::Value| -> Vec<f64> {
+        v.as_array()
+            .map(|a| a.iter().filter_map(serde_json::Value::as_f64).collect())
+            .unwrap_or_default()
+    };
+    let mut parts = Vec::new();
+    for r in rows {
+        let noise = &r["noise"];
+        let Some(got) = noise["ratio"].as_f64() else {
+            continue;
+        };
+        let by_round: Vec<String> = per_s(&noise["per_s"])
+            .iter()
+            .zip(per_s(&r["references"]["journal"]["per_s"]))
+            .map(|(again, first)| number(again / first, 3))
+            .collect();
+        parts.push(format!(
+            "{} T={} {} (by round {})",
+            r["workload"].as_str().unwrap_or("?"),
+            r["threads"],
+            number(got, 3),
+            by_round.join(", ")
+        ));
+    }
+    if parts.is_empty() {
+        return String::new();
+    }
+    format!(
+        "\nThe journal against itself (a second journal run in each round, its median over the \
+         first's): {}. The same engine, so the distance from 1 is the machine's noise alone; a \
+         store ratio that misses its target by less is within that noise.\n",
+        parts.join("; ")
+    )
+}
+
 /// The table of results, a row per workload and thread count.
 fn results_table(rows: &[serde_json::Value]) -> Table {
     let mut t = Table::new(&[
@@ -564,10 +669,11 @@ fn render(
     );
     out += &t.render();
     out += &round_lines(rows, a.rounds);
+    out += &noise_lines(rows);
     out += &legs_lines(rows);
     out += &invocations(
         runs.iter()
-            .filter(|r| r.round == 0)
+            .filter(|r| r.round == 0 && !r.config.again)
             .map(|r| (r.config.engine, engine_name(r.config.engine), &r.args[..])),
     );
     out
@@ -593,5 +699,27 @@ mod tests {
             "{text}"
         );
         assert_eq!(round_lines(&rows, 1), "");
+    }
+
+    /// The journal against itself: the medians' ratio, and each round's
+    /// second run over its first; nothing without second runs.
+    #[test]
+    fn noise_lines_pair_the_journal_with_itself() {
+        let rows = [
+            json!({
+                "workload": "w3",
+                "threads": 1,
+                "references": {"journal": {"per_s": [1000.0, 800.0, 900.0]}},
+                "noise": {"per_s": [900.0, 880.0, 1000.0], "ratio": 1.0},
+            }),
+            json!({"workload": "w2", "threads": 64, "noise": null}),
+        ];
+        let text = noise_lines(&rows);
+        assert!(
+            text.contains("w3 T=1 1.000 (by round 0.900, 1.100, 1.111)"),
+            "{text}"
+        );
+        assert!(!text.contains("w2"), "{text}");
+        assert_eq!(noise_lines(&rows[1..]), "");
     }
 }
