@@ -613,6 +613,10 @@ fn bench_store_quick_reports_targets() {
     // first's (`--noise`), for the rows with a journal reference at T=1.
     for row in &rows[..2] {
         let noise = &row["noise"];
+        // One round: one first and one second journal run, kept apart.
+        assert_eq!(noise["per_s"].as_array().unwrap().len(), 1, "{row}");
+        let first = row["references"]["journal"]["per_s"].as_array().unwrap();
+        assert_eq!(first.len(), 1, "{row}");
         let expected = noise["median"].as_f64().unwrap()
             / row["references"]["journal"]["median"].as_f64().unwrap();
         let got = noise["ratio"].as_f64().unwrap();
