@@ -21,6 +21,9 @@ pub(super) struct View {
     /// Durable commits published before their changes are in the active
     /// memtable, oldest first (`None`: none). See `super::pending`.
     pub runs: Option<Runs>,
+    /// The list `runs` last emptied into, kept for the next publish (no
+    /// reader holds it: it is never shown).
+    spare_runs: Option<Runs>,
     /// Threads in `wait_published` (a publish notifies only then: a
     /// notify nobody waits for is still a futex call, once per commit).
     lsn_waiters: usize,
@@ -62,6 +65,7 @@ impl Published {
                 lsn,
                 readers: BTreeMap::new(),
                 runs: None,
+                spare_runs: None,
                 lsn_waiters: 0,
                 retired: Vec::new(),
             }),
@@ -94,11 +98,15 @@ impl Published {
     /// above the memtable until [`Published::unpublish_run`].
     pub(super) fn publish_run(&self, run: Arc<Run>) {
         let mut v = lock(&self.view);
-        let old = v.runs.as_deref().map_or(&[][..], Vec::as_slice);
-        let mut runs = Vec::with_capacity(old.len() + 1);
-        runs.extend(old.iter().cloned());
-        runs.push(Arc::clone(&run));
-        v.runs = Some(Arc::new(runs));
+        if v.runs.is_none() {
+            v.runs = Some(v.spare_runs.take().unwrap_or_default());
+        }
+        let runs = v.runs.as_mut().expect("set above");
+        // Copy on write: the list changes in place unless a reader holds
+        // it (readers take it under this lock). A new list and a clone of
+        // every run in it on each commit cost the committer an allocation
+        // and a cache line from the helper's vCPU per run.
+        Arc::make_mut(runs).push(Arc::clone(&run));
         v.lsn = v.lsn.max(run.lsn);
         let wake = v.lsn_waiters > 0;
         drop(v);
@@ -111,9 +119,14 @@ impl Published {
     /// the memtable now.
     pub(super) fn unpublish_run(&self, lsn: Lsn) {
         let mut v = lock(&self.view);
-        let Some(runs) = &v.runs else { return };
-        let left: Vec<Arc<Run>> = runs.iter().filter(|r| r.lsn != lsn).cloned().collect();
-        v.runs = (!left.is_empty()).then(|| Arc::new(left));
+        let Some(runs) = v.runs.as_mut() else { return };
+        // As in `publish_run`; once empty, the list goes (readers see
+        // `None`) and is kept for the next publish: no reader holds it
+        // after `make_mut`.
+        Arc::make_mut(runs).retain(|r| r.lsn != lsn);
+        if runs.is_empty() {
+            v.spare_runs = v.runs.take();
+        }
     }
 
     /// Record the first failure; wake whoever waits for publication.
