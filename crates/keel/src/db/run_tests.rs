@@ -90,6 +90,71 @@ fn readers_see_commits_published_before_their_insert() {
     db.close().unwrap();
 }
 
+/// A reader holding a snapshot with runs keeps seeing exactly that state
+/// while later runs are published into the list it took and the runs are
+/// then inserted and taken out of it (the list changes in place only when
+/// no reader holds it).
+#[test]
+fn a_reader_keeps_its_runs_while_later_ones_come_and_go() {
+    let vfs = SimVfs::new(41);
+    let db = builder(&vfs).create(Path::new("/store")).unwrap();
+    // The table first: a transaction that creates one is not a run.
+    let mut w = db.begin_write().unwrap();
+    w.open_table("t").unwrap();
+    w.commit().unwrap();
+    db.shared.faults.hold_runs.store(true, Relaxed);
+    let commit_run = |c: u32| {
+        let mut w = db.begin_write().unwrap();
+        let mut t = w.open_table("t").unwrap();
+        for k in 0..20u32 {
+            t.insert(format!("k{k:02}"), format!("v{c}")).unwrap();
+        }
+        t.insert(format!("only{c}"), "x").unwrap();
+        w.commit().unwrap();
+    };
+    let seen = |r: &ReadTxn| -> BTreeMap<String, String> {
+        let t = r.open_table("t").unwrap();
+        let s = |b: &[u8]| String::from_utf8(b.to_vec()).unwrap();
+        t.iter()
+            .map(|kv| {
+                let kv = kv.unwrap();
+                (s(kv.key()), s(kv.value()))
+            })
+            .collect()
+    };
+    commit_run(0);
+    let held = db.begin_read();
+    let before = seen(&held);
+    assert_eq!(before.len(), 21);
+    assert!(before
+        .values()
+        .filter(|v| v.starts_with('v'))
+        .all(|v| v == "v0"));
+    for c in 1..4 {
+        commit_run(c);
+    }
+    assert_eq!(seen(&held), before, "runs published after the snapshot");
+    assert_eq!(seen(&db.begin_read()).len(), 24);
+    // A writer that reads inserts every run and takes them out of the
+    // published list.
+    let mut w = db.begin_write().unwrap();
+    assert_eq!(
+        w.open_table("t").unwrap().get("k00").unwrap().as_deref(),
+        Some(&b"v3"[..])
+    );
+    w.abort();
+    assert_eq!(db.stats().run_commits, 4);
+    assert_eq!(seen(&held), before, "runs inserted after the snapshot");
+    commit_run(4);
+    assert_eq!(seen(&held), before, "a list emptied and used again");
+    let now = seen(&db.begin_read());
+    assert_eq!(now.len(), 25);
+    assert_eq!(now["k07"], "v4");
+    drop(held);
+    db.check().unwrap();
+    db.close().unwrap();
+}
+
 /// What `readers_see_commits_published_before_their_insert` committed: the
 /// newest put of each key.
 fn model_of_three_runs() -> BTreeMap<String, String> {
