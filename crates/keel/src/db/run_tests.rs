@@ -91,9 +91,10 @@ fn readers_see_commits_published_before_their_insert() {
 }
 
 /// A reader holding a snapshot with runs keeps seeing exactly that state
-/// while later runs are published into the list it took and the runs are
-/// then inserted and taken out of it (the list changes in place only when
-/// no reader holds it).
+/// while later runs are published (the list it took is copied, not
+/// changed: the published list changes in place only when no reader
+/// holds it), then inserted and taken out of the published list, and the
+/// emptied list is used again.
 #[test]
 fn a_reader_keeps_its_runs_while_later_ones_come_and_go() {
     let vfs = SimVfs::new(41);

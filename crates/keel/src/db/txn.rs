@@ -329,8 +329,6 @@ impl Blind {
     }
 }
 
-/// The catalog entries creating table `name` adds to a record: the next
-/// id's counter and the name's entry.
 /// The longest value a transaction can hold with records of at most
 /// `max_record` bytes: one put of it under an empty key, alone in its
 /// transaction, into a table that exists (the record's kind byte, the
@@ -341,6 +339,8 @@ pub(crate) fn max_value_bytes(max_record: usize) -> u64 {
     (max_record.saturating_sub(overhead) as u64).min(MAX_VALUE_BYTES)
 }
 
+/// The catalog entries creating table `name` adds to a record: the next
+/// id's counter and the name's entry.
 fn create_table_bytes(name: &str) -> usize {
     2 * (PUT_FIXED_BYTES + PREFIX + 4) + name.len()
 }
