@@ -75,13 +75,7 @@ fn readers_see_commits_published_before_their_insert() {
     assert_eq!(db.stats().run_commits, 0, "the runs are not inserted yet");
     let model = model_of_three_runs();
     assert_reads(&db, &model);
-    // A writer that reads takes the slot, which inserts the runs first.
-    let mut w = db.begin_write().unwrap();
-    assert_eq!(
-        w.open_table("t").unwrap().get("k001").unwrap().as_deref(),
-        Some(&b"run1"[..])
-    );
-    w.abort();
+    assert_eq!(writer_get(&db, "k001").as_deref(), Some(&b"run1"[..]));
     assert_eq!(db.stats().run_commits, 3);
     assert_reads(&db, &model);
     db.checkpoint().unwrap();
@@ -136,14 +130,8 @@ fn a_reader_keeps_its_runs_while_later_ones_come_and_go() {
     }
     assert_eq!(seen(&held), before, "runs published after the snapshot");
     assert_eq!(seen(&db.begin_read()).len(), 24);
-    // A writer that reads inserts every run and takes them out of the
-    // published list.
-    let mut w = db.begin_write().unwrap();
-    assert_eq!(
-        w.open_table("t").unwrap().get("k00").unwrap().as_deref(),
-        Some(&b"v3"[..])
-    );
-    w.abort();
+    // Which takes the runs out of the published list.
+    assert_eq!(writer_get(&db, "k00").as_deref(), Some(&b"v3"[..]));
     assert_eq!(db.stats().run_commits, 4);
     assert_eq!(seen(&held), before, "runs inserted after the snapshot");
     commit_run(4);
@@ -154,6 +142,14 @@ fn a_reader_keeps_its_runs_while_later_ones_come_and_go() {
     drop(held);
     db.check().unwrap();
     db.close().unwrap();
+}
+
+/// `key`'s value in table `t` as a write transaction reads it: taking
+/// the writer slot to read inserts every waiting run first.
+fn writer_get(db: &Database, key: &str) -> Option<Vec<u8>> {
+    let mut w = db.begin_write().unwrap();
+    let v = w.open_table("t").unwrap().get(key).unwrap();
+    v.map(|v| v.to_vec())
 }
 
 /// What `readers_see_commits_published_before_their_insert` committed: the
