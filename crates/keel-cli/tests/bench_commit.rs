@@ -543,6 +543,36 @@ fn strace_every_commit_is_a_durable_write() {
     assert!(other.iter().all(|&n| n == 1 << 20), "{other:?}");
 }
 
+/// `keel bench store --noise` (one round): the second runs are the
+/// journal's beside w3 and w1, and those rows give the journal against
+/// itself — the second run's median over the first's, the two runs kept
+/// apart; w2 has none.
+fn check_noise(runs: &[serde_json::Value], rows: &[serde_json::Value]) {
+    let again: Vec<(&str, &str)> = runs
+        .iter()
+        .filter(|r| r["again"] == true)
+        .map(|r| {
+            (
+                r["workload"].as_str().unwrap(),
+                r["engine"].as_str().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(again, [("w3", "journal"), ("w1", "journal")]);
+    for row in &rows[..2] {
+        let noise = &row["noise"];
+        // One round: one first and one second journal run, kept apart.
+        assert_eq!(noise["per_s"].as_array().unwrap().len(), 1, "{row}");
+        let first = row["references"]["journal"]["per_s"].as_array().unwrap();
+        assert_eq!(first.len(), 1, "{row}");
+        let expected = noise["median"].as_f64().unwrap()
+            / row["references"]["journal"]["median"].as_f64().unwrap();
+        let got = noise["ratio"].as_f64().unwrap();
+        assert!((got - expected).abs() < 0.01, "{row}");
+    }
+    assert!(rows[2]["noise"].is_null(), "{}", rows[2]);
+}
+
 /// `keel bench store --quick`: every run a protocol process, the rows with
 /// their references, ratios and targets, nothing left in `--dir`.
 #[test]
@@ -569,17 +599,6 @@ fn bench_store_quick_reports_targets() {
         check_fields(&r["result"]);
         assert_eq!(r["result"]["info"]["engine"], r["engine"], "{r}");
     }
-    let again: Vec<(&str, &str)> = runs
-        .iter()
-        .filter(|r| r["again"] == true)
-        .map(|r| {
-            (
-                r["workload"].as_str().unwrap(),
-                r["engine"].as_str().unwrap(),
-            )
-        })
-        .collect();
-    assert_eq!(again, [("w3", "journal"), ("w1", "journal")]);
     let rows = v["rows"].as_array().unwrap();
     let names: Vec<&str> = rows
         .iter()
@@ -609,20 +628,7 @@ fn bench_store_quick_reports_targets() {
             "{reference}: {got} vs {expected}"
         );
     }
-    // The journal against itself: the second run's median over the
-    // first's (`--noise`), for the rows with a journal reference at T=1.
-    for row in &rows[..2] {
-        let noise = &row["noise"];
-        // One round: one first and one second journal run, kept apart.
-        assert_eq!(noise["per_s"].as_array().unwrap().len(), 1, "{row}");
-        let first = row["references"]["journal"]["per_s"].as_array().unwrap();
-        assert_eq!(first.len(), 1, "{row}");
-        let expected = noise["median"].as_f64().unwrap()
-            / row["references"]["journal"]["median"].as_f64().unwrap();
-        let got = noise["ratio"].as_f64().unwrap();
-        assert!((got - expected).abs() < 0.01, "{row}");
-    }
-    assert!(rows[2]["noise"].is_null(), "{}", rows[2]);
+    check_noise(runs, rows);
     let targets = w3["targets"].as_array().unwrap();
     assert_eq!(targets.len(), 2, "{w3}");
     assert!(targets.iter().all(|t| t["met"].is_boolean()), "{w3}");
