@@ -2,7 +2,9 @@
 //! file layer: recovery stops at the damage, returns only records that were
 //! appended (byte for byte, with consecutive LSNs), keeps every record
 //! before a damaged one, and `RecoveryMode::RefuseCorruption` refuses
-//! damage followed by valid records in a later segment. Appends then go on
+//! exactly when an intact record follows the damage: records are appended
+//! one after another, each made once the one before it was durable, so
+//! each later record says the damaged one was durable. Appends then go on
 //! and survive a reopen.
 //!
 //! `KEEL_DAMAGE_SEEDS=N` runs N seeds from `KEEL_DAMAGE_FROM=F` (default 0);
@@ -57,11 +59,9 @@ struct Damage {
     offset: u64,
     bytes: Vec<u8>,
     first_hit: Option<Lsn>,
-    /// The damage reaches the segment and salt fields of a record header
-    /// that follows zero padding: recovery cannot tell that record from
-    /// what a recycled segment holds past its last write, and calls it the
-    /// clean end (see `docs/format.md`, recovery rule 3).
-    hides_as_clean_end: bool,
+    /// Whether a record after the first one hit is intact: its `durable_lsn`
+    /// then proves the damage.
+    intact_after: bool,
 }
 
 fn plant(rng: &mut SmallRng, scan: &journal::Scan, block: u64) -> Damage {
@@ -71,14 +71,14 @@ fn plant(rng: &mut SmallRng, scan: &journal::Scan, block: u64) -> Damage {
     if rng.random_bool(0.75) && !records.is_empty() {
         // One flipped bit inside a record, header or payload.
         let r = records[rng.random_range(0..records.len())];
-        let span = 32 + u64::from(r.len);
+        let span = HEADER + u64::from(r.len);
         let offset = r.pos + rng.random_range(0..span);
         return Damage {
             seq: seg.seq,
             offset,
             bytes: vec![1u8 << rng.random_range(0..8)],
             first_hit: Some(r.lsn),
-            hides_as_clean_end: hides(records, offset, 1, block),
+            intact_after: intact_after(scan, seg.seq, r.lsn, offset, 1),
         };
     }
     // Garbage: a run of random bytes anywhere past the header block.
@@ -92,28 +92,31 @@ fn plant(rng: &mut SmallRng, scan: &journal::Scan, block: u64) -> Damage {
         .iter()
         .map(|r| {
             let start = prev_end.min(r.pos);
-            prev_end = r.pos + 32 + u64::from(r.len);
+            prev_end = r.pos + HEADER + u64::from(r.len);
             (r, start)
         })
-        .find(|(r, _)| r.pos + 32 + u64::from(r.len) > offset)
+        .find(|(r, _)| r.pos + HEADER + u64::from(r.len) > offset)
         .filter(|(_, start)| *start < offset + len)
         .map(|(r, _)| r.lsn);
     Damage {
         seq: seg.seq,
         offset,
-        hides_as_clean_end: hides(records, offset, len, block),
+        intact_after: first_hit.is_some_and(|l| intact_after(scan, seg.seq, l, offset, len)),
         bytes,
         first_hit,
     }
 }
 
-/// Whether `[offset, offset + len)` reaches bytes 16..28 of a record that
-/// starts a block after zero padding.
-fn hides(records: &[journal::RecordInfo], offset: u64, len: u64, block: u64) -> bool {
-    records.windows(2).any(|w| {
-        let (prev, r) = (w[0], w[1]);
-        let after_padding = r.pos % block == 0 && prev.pos + 32 + u64::from(prev.len) < r.pos;
-        after_padding && offset < r.pos + 28 && r.pos + 16 < offset + len
+const HEADER: u64 = journal::RECORD_HEADER_BYTES as u64;
+
+/// Whether a record with an LSN above `hit` lies wholly outside the bytes
+/// `[offset, offset + len)` of segment `seq`.
+fn intact_after(scan: &journal::Scan, seq: u64, hit: Lsn, offset: u64, len: u64) -> bool {
+    scan.segments.iter().filter(|s| s.in_chain).any(|s| {
+        s.records.iter().any(|r| {
+            let end = r.pos + HEADER + u64::from(r.len);
+            r.lsn > hit && (s.seq != seq || end <= offset || r.pos >= offset + len)
+        })
     })
 }
 
@@ -159,18 +162,12 @@ fn run_seed(seed: u64) -> Result<(bool, bool), String> {
         damage.first_hit
     );
 
-    // Strict mode: refuses exactly when records of a later segment follow
-    // the damage (within one segment a torn write may explain it).
-    let later_records = damage.first_hit.is_some()
-        && before
-            .segments
-            .iter()
-            .any(|s| s.in_chain && s.seq > damage.seq && !s.records.is_empty());
+    // Strict mode: refuses exactly when an intact record follows the
+    // damage (it says the damaged one was durable).
+    let later_records = damage.intact_after;
     match Journal::open(vfs.clone(), &dir, strict) {
         Err(JournalError::Corrupt { .. }) if later_records => {}
         Err(e) => return Err(format!("{what}: strict open failed: {e}")),
-        // Refused only if a segment beyond the next one holds records.
-        Ok(j) if later_records && damage.hides_as_clean_end => drop(j),
         Ok(_) if later_records => {
             return Err(format!(
                 "{what}: strict open accepted damage before valid records"

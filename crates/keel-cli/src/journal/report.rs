@@ -240,17 +240,16 @@ fn stop_row(scan: &Scan, seq: u64, offset: u64, reason: &StopReason) -> StopRow 
 /// The reasons, if any, to call the journal corrupt.
 fn problems(scan: &Scan) -> Vec<Problem> {
     let mut out = Vec::new();
-    if let (Some((vseq, vpos, lsn)), Some((seq, pos, reason))) =
-        (scan.valid_after_damage, &scan.stop)
-    {
+    if let (Some(e), Some((seq, pos, reason))) = (scan.valid_after_damage, &scan.stop) {
         out.push(Problem {
             kind: "damage_before_valid_records",
             segment: Some(*seq),
             offset: Some(*pos),
             message: format!(
-                "recovery stops at segment {seq} byte {pos} ({reason}), but a valid record of \
-                 the same epoch (lsn {lsn}) follows at segment {vseq} byte {vpos}: records \
-                 after the damage would be lost"
+                "recovery stops at segment {seq} byte {pos} ({reason}), but record {} at \
+                 segment {} byte {} says every record up to lsn {} was durable: acknowledged \
+                 records would be lost",
+                e.lsn, e.seq, e.pos, e.durable_lsn
             ),
         });
     }
@@ -325,6 +324,18 @@ fn file_problems(scan: &Scan) -> Vec<Problem> {
 /// What recovery will tidy that is not damage.
 fn notices(scan: &Scan) -> Vec<Problem> {
     let mut out = Vec::new();
+    if let Some(cut) = scan.pending_cut {
+        out.push(Problem {
+            kind: "unfinished_truncation",
+            segment: Some(cut.seq),
+            offset: None,
+            message: format!(
+                "a truncation after lsn {} was interrupted: records it may have left past the \
+                 chain prove nothing; opening the journal for writing zeroes them",
+                cut.cut_lsn
+            ),
+        });
+    }
     if let Some(seq) = scan.leftover_after_chain {
         out.push(Problem {
             kind: "unacknowledged_records_after_chain",
@@ -368,10 +379,10 @@ fn from_scan(dir: &Path, scan: &Scan) -> Report {
         Status::Clean => format!("clean: {kept} in {} segment(s); ends{at}", chain.len()),
         Status::TornTail => {
             let after = if scan.leftover_after_chain.is_some() {
-                "what valid records follow it lie within that torn write's reach and were never \
-                 acknowledged (opening the journal zeroes them)"
+                "what valid records of the last epoch follow it were never acknowledged \
+                 (opening the journal zeroes them)"
             } else {
-                "nothing valid follows it"
+                "no record after it says it was durable"
             };
             format!(
                 "torn tail: recovery keeps {kept} and discards the damaged tail{at}; {after}, as \

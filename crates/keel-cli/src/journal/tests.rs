@@ -123,6 +123,11 @@ fn records_past_a_torn_first_write_are_a_notice() {
     // write into a segment is torn: never acknowledged, not corruption.
     let (vfs, dir) = journal(45);
     flip_first_record(&vfs, &dir, 3);
+    // The records after it were made while it was in flight: none says it
+    // was durable.
+    let mut bytes = vfs.contents(&seg(&dir, 3)).unwrap();
+    keel::journal::fuzzing::lower_claims(&mut bytes, 3, 31, 30);
+    vfs.corrupt(&seg(&dir, 3), 0, &bytes).unwrap();
     let r = build(vfs.as_ref(), &dir, None).unwrap();
     assert_eq!(r.status, Status::TornTail, "{}", r.summary);
     assert_eq!(r.records, 30);

@@ -39,6 +39,15 @@ pub enum DbError {
         /// What is damaged, and where.
         reason: String,
     },
+    /// The store was written in a format this build does not read (an
+    /// older or newer Keel): nothing was changed.
+    #[error("store {path} is in a format this Keel does not read: {reason}")]
+    UnsupportedFormat {
+        /// The store's directory.
+        path: PathBuf,
+        /// Which format was found, and what to do.
+        reason: String,
+    },
     /// A key longer than the store accepts.
     #[error("a key of {len} bytes is longer than the {max}-byte limit")]
     KeyTooLong {

@@ -14,7 +14,7 @@ use thiserror::Error;
 /// Meta page magic.
 pub const META_MAGIC: [u8; 8] = *b"KEELDB01";
 /// Data file format version.
-pub const DATA_FORMAT_VERSION: u32 = 1;
+pub const DATA_FORMAT_VERSION: u32 = 2;
 
 // Layout (little-endian), at the start of pages 0 and 1.
 const M_CRC: usize = 0;

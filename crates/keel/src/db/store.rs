@@ -340,6 +340,25 @@ pub(super) fn corrupt(path: &Path, reason: impl Into<String>) -> DbError {
     }
 }
 
+/// A data file of another format version: version 1 stores' journals
+/// carry no durable LSN in their records, which this build needs to tell
+/// damage from a torn write; a later version is a newer Keel's.
+fn unsupported_version(dir: &Path, version: u32) -> DbError {
+    let what = if version < meta::DATA_FORMAT_VERSION {
+        "an older Keel wrote it"
+    } else {
+        "a newer Keel wrote it"
+    };
+    DbError::UnsupportedFormat {
+        path: dir.to_path_buf(),
+        reason: format!(
+            "data format version {version} ({what}; this one reads version {}). Open it with the \
+             Keel that wrote it and copy its tables into a new store",
+            meta::DATA_FORMAT_VERSION
+        ),
+    }
+}
+
 fn journal_options(options: &Options) -> JournalOptions {
     JournalOptions {
         // Damage inside the journal is an error, never a silent cut.
@@ -400,11 +419,14 @@ fn durable_meta(dir: &Path, data: &dyn VfsFile) -> Result<(Meta, PageSize)> {
     data.evict_clean_pages()?;
     data.sync(SyncKind::Data)?;
     let (a, b) = read_metas(data)?;
-    let (meta, _other) = meta::choose(&a, &b).map_err(|[e0, e1]| {
-        corrupt(
+    let (meta, _other) = meta::choose(&a, &b).map_err(|[e0, e1]| match (&e0, &e1) {
+        (MetaError::UnsupportedVersion(v), _) | (_, MetaError::UnsupportedVersion(v)) => {
+            unsupported_version(dir, *v)
+        }
+        _ => corrupt(
             dir,
             format!("neither meta page is valid (page 0: {e0}; page 1: {e1})"),
-        )
+        ),
     })?;
     let ps = PageSize::new(meta.page_size as usize)
         .map_err(|e| corrupt(dir, format!("meta page: {e}")))?;

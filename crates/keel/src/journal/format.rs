@@ -7,8 +7,10 @@ use crate::le::{get_u32, get_u64, put_u32, put_u64};
 /// Segment header magic.
 pub const SEGMENT_MAGIC: [u8; 8] = *b"KEELSEG1";
 /// On-disk format version. Version 2 added `base_lsn` and
-/// `max_write_bytes` to the segment header; version 1 journals are refused.
-pub const FORMAT_VERSION: u32 = 2;
+/// `max_write_bytes` to the segment header; version 3 added each record's
+/// `durable_lsn` and the segment header's `cut_lsn`. Older journals are
+/// refused ([`HeaderError::UnsupportedVersion`]).
+pub const FORMAT_VERSION: u32 = 3;
 
 /// The smallest and largest block size a header may state.
 pub const MIN_BLOCK_BYTES: u32 = 512;
@@ -23,8 +25,8 @@ const SH_SEQ: usize = SH_STORE_ID + 8;
 const SH_SEGMENT_SIZE: usize = SH_SEQ + 8;
 const SH_BASE_LSN: usize = SH_SEGMENT_SIZE + 8;
 const SH_MAX_WRITE: usize = SH_BASE_LSN + 8;
-const SH_RESERVED: usize = SH_MAX_WRITE + 4;
-const SH_CRC: usize = SH_RESERVED + 8;
+const SH_CUT_LSN: usize = SH_MAX_WRITE + 4;
+const SH_CRC: usize = SH_CUT_LSN + 8;
 /// Bytes of the segment header that carry meaning; the rest of the first
 /// block is zero.
 pub const SEGMENT_HEADER_BYTES: usize = SH_CRC + 4;
@@ -38,9 +40,10 @@ pub(super) const RH_SEQ: usize = RH_LSN + 8;
 pub(super) const RH_SALT: usize = RH_SEQ + 8;
 const RH_FLAGS: usize = RH_SALT + 4;
 const RH_RESERVED: usize = RH_FLAGS + 2;
+pub(super) const RH_DURABLE: usize = RH_RESERVED + 2;
 /// Size of a record header.
-pub const RECORD_HEADER_BYTES: usize = RH_RESERVED + 2;
-const _: () = assert!(RECORD_HEADER_BYTES == 32);
+pub const RECORD_HEADER_BYTES: usize = RH_DURABLE + 8;
+const _: () = assert!(RECORD_HEADER_BYTES == 40);
 
 /// Record flag: the first record written after an open (or a truncation);
 /// its salt starts a new epoch.
@@ -98,6 +101,12 @@ pub struct SegmentHeader {
     /// `max_write_bytes`): how far past the end of the chain a crash can
     /// leave torn bytes.
     pub max_write_bytes: u32,
+    /// Nonzero while a `truncate_after(cut_lsn)` whose cut lies in this
+    /// segment may not have finished: records in this segment and later
+    /// ones with a higher LSN may be left from before the cut, so their
+    /// `durable_lsn` proves nothing about the chain that goes on from the
+    /// cut. Zero otherwise.
+    pub cut_lsn: u64,
 }
 
 /// Why a segment header was not accepted.
@@ -146,6 +155,7 @@ impl SegmentHeader {
         put_u64(out, SH_SEGMENT_SIZE, self.segment_size);
         put_u64(out, SH_BASE_LSN, self.base_lsn);
         put_u32(out, SH_MAX_WRITE, self.max_write_bytes);
+        put_u64(out, SH_CUT_LSN, self.cut_lsn);
         let crc = crc32c::crc32c(&out[..SH_CRC]);
         put_u32(out, SH_CRC, crc);
     }
@@ -176,8 +186,9 @@ impl SegmentHeader {
             segment_size: get_u64(b, SH_SEGMENT_SIZE),
             base_lsn: get_u64(b, SH_BASE_LSN),
             max_write_bytes: get_u32(b, SH_MAX_WRITE),
+            cut_lsn: get_u64(b, SH_CUT_LSN),
         };
-        if !h.geometry_ok() || b[SH_RESERVED..SH_CRC].iter().any(|&x| x != 0) {
+        if !h.geometry_ok() {
             return Err(HeaderError::BadGeometry);
         }
         Ok(h)
@@ -211,6 +222,11 @@ pub struct RecordHeader {
     pub salt: u32,
     /// The record's flag bits: [`FLAG_EPOCH_START`], [`FLAG_LZ4`].
     pub flags: u16,
+    /// Every record with an LSN up to this one was durable when this record
+    /// was made (0: none is claimed). Always below `lsn`. A valid record
+    /// claiming `durable_lsn >= n` proves that damage at record `n` is
+    /// corruption, not a torn write.
+    pub durable_lsn: u64,
 }
 
 /// What sits at a position where a record header was expected, when it is
@@ -223,7 +239,8 @@ pub enum RecordError {
     BadChecksum,
     /// The length runs past the end of the segment.
     BadLength,
-    /// Unknown flag bits or nonzero reserved bytes.
+    /// Unknown flag bits, nonzero reserved bytes, or a `durable_lsn` not
+    /// below the record's own LSN.
     BadFlags,
     /// Zeros where a record should start, inside a block, then nonzero
     /// bytes before the block ends: padding torn or corrupted (see the
@@ -254,6 +271,7 @@ impl RecordHeader {
         put_u32(h, RH_SALT, self.salt);
         h[RH_FLAGS..RH_FLAGS + 2].copy_from_slice(&self.flags.to_le_bytes());
         h[RH_RESERVED..RH_RESERVED + 2].fill(0);
+        put_u64(h, RH_DURABLE, self.durable_lsn);
         let crc = crc32c::crc32c_append(crc32c::crc32c(&h[RH_LEN..]), payload);
         put_u32(h, RH_CRC, crc);
     }
@@ -283,15 +301,23 @@ impl RecordHeader {
         if crc != get_u32(h, RH_CRC) {
             return Err(RecordError::BadChecksum);
         }
-        if flags & !KNOWN_FLAGS != 0 || h[RH_RESERVED..RH_RESERVED + 2] != [0, 0] {
+        let lsn = get_u64(h, RH_LSN);
+        let durable_lsn = get_u64(h, RH_DURABLE);
+        // A claim about the record itself or a later one is impossible: a
+        // record is made before it is durable.
+        if flags & !KNOWN_FLAGS != 0
+            || h[RH_RESERVED..RH_RESERVED + 2] != [0, 0]
+            || durable_lsn >= lsn.max(1)
+        {
             return Err(RecordError::BadFlags);
         }
         let header = RecordHeader {
             len,
-            lsn: get_u64(h, RH_LSN),
+            lsn,
             seq: get_u64(h, RH_SEQ),
             salt: get_u32(h, RH_SALT),
             flags,
+            durable_lsn,
         };
         Ok((header, payload))
     }
@@ -325,6 +351,7 @@ mod tests {
             segment_size: 1 << 26,
             base_lsn: 1234,
             max_write_bytes: 1 << 20,
+            cut_lsn: 0,
         };
         let mut b = [0u8; 4096];
         h.encode(&mut b);
@@ -348,6 +375,7 @@ mod tests {
             segment_size: 1 << 20,
             base_lsn: 1,
             max_write_bytes: 1 << 20,
+            cut_lsn: 0,
         };
         let bad = [
             SegmentHeader {
@@ -410,6 +438,7 @@ mod tests {
             seq: 3,
             salt: 0xdead_beef,
             flags: FLAG_EPOCH_START,
+            durable_lsn: 40,
         };
         let mut b = vec![0u8; RECORD_HEADER_BYTES + payload.len() + 10];
         h.encode(payload, &mut b);
@@ -427,7 +456,17 @@ mod tests {
                 );
             }
         }
-        assert_eq!(RecordHeader::decode(&[0u8; 40]), Err(RecordError::Zeros));
+        assert_eq!(RecordHeader::decode(&[0u8; 48]), Err(RecordError::Zeros));
+        // A record cannot claim itself (or a later one) durable.
+        for claim in [42, 43, u64::MAX] {
+            let mut d = b.clone();
+            RecordHeader {
+                durable_lsn: claim,
+                ..h
+            }
+            .encode(payload, &mut d);
+            assert_eq!(RecordHeader::decode(&d), Err(RecordError::BadFlags));
+        }
         assert_eq!(
             RecordHeader::decode(&b[..RECORD_HEADER_BYTES + 3]),
             Err(RecordError::BadLength)

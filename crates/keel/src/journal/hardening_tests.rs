@@ -289,6 +289,7 @@ fn a_header_with_block_size_zero_is_refused_without_panic() {
         segment_size: 64 << 10,
         base_lsn: 1,
         max_write_bytes: 16 << 10,
+        cut_lsn: 0,
     }
     .encode(&mut bytes);
     bytes[4096..4096 + 40].fill(0xab);
@@ -540,4 +541,125 @@ fn a_sync_after_a_failed_one_does_not_acknowledge() {
             got.iter().map(|r| r.0).collect::<Vec<_>>()
         );
     }
+}
+
+/// Twenty records appended one after another (each made once the one
+/// before it was durable), then 64 bytes of garbage in record 9, near the
+/// end of the journal: the records after it say record 9 was durable, so
+/// this is corruption wherever it lies — refused by `RefuseCorruption`,
+/// reported (and cut there) by `StopAtFirstBad`. Before each record carried
+/// its durable LSN, damage this close to the end passed for a torn tail.
+#[test]
+fn damage_near_the_end_is_corruption_when_a_later_record_proves_it() {
+    let (vfs, dir) = sim(11);
+    let j = Journal::open(vfs.clone(), &dir, small_options()).unwrap();
+    for i in 1..=20 {
+        j.append(&payload(i, 100)).unwrap();
+    }
+    drop(j);
+    let scan = inspect(vfs.as_ref(), &dir).unwrap();
+    let seg = &scan.segments[0];
+    let r9 = seg.records.iter().find(|r| r.lsn == 9).unwrap();
+    vfs.corrupt(&seg.path, r9.pos + 20, &[0xa5; 64]).unwrap();
+    let strict = JournalOptions {
+        recovery_mode: RecoveryMode::RefuseCorruption,
+        ..small_options()
+    };
+    match Journal::open(vfs.clone(), &dir, strict) {
+        Err(JournalError::Corrupt { later_lsn, .. }) => assert!(later_lsn > 9),
+        Err(e) => panic!("{e}"),
+        Ok(_) => panic!("damage before durable records was taken for a torn tail"),
+    }
+    let scan = inspect(vfs.as_ref(), &dir).unwrap();
+    assert_eq!(scan.last_lsn, Some(8));
+    let e = scan.valid_after_damage.expect("evidence");
+    assert!(e.durable_lsn >= 9 && e.lsn > 9, "{e:?}");
+    // The same bytes, when the records after them were made while record 9
+    // was in flight (several writes overlapping), are a torn tail.
+    for s in &scan.segments {
+        let mut bytes = vfs.contents(&s.path).unwrap();
+        fuzzing::lower_claims(&mut bytes, s.seq, 9, 8);
+        vfs.corrupt(&s.path, 0, &bytes).unwrap();
+    }
+    let strict = JournalOptions {
+        recovery_mode: RecoveryMode::RefuseCorruption,
+        ..small_options()
+    };
+    let j = Journal::open(vfs.clone(), &dir, strict).expect("a torn tail");
+    assert_eq!(j.recovery_report().last_lsn, Some(8));
+}
+
+/// A segment file cut short behind the journal's back is corruption for
+/// `RefuseCorruption`, wherever the cut falls: no crash changes a
+/// segment's length once its header is written.
+#[test]
+fn a_segment_shorter_than_its_header_says_is_refused() {
+    for keep in [12 << 10, 40 << 10] {
+        let (vfs, dir) = sim(12);
+        let j = Journal::open(vfs.clone(), &dir, small_options()).unwrap();
+        for i in 1..=40 {
+            j.append(&payload(i, 3000)).unwrap();
+        }
+        drop(j);
+        let scan = inspect(vfs.as_ref(), &dir).unwrap();
+        let last = scan.segments.iter().rfind(|s| s.in_chain).unwrap();
+        let file = vfs
+            .open(&last.path, OpenOptions::new(OpenMode::Buffered))
+            .unwrap();
+        file.set_len(keep).unwrap();
+        file.sync(crate::io::SyncKind::Data).unwrap();
+        drop(file);
+        let strict = JournalOptions {
+            recovery_mode: RecoveryMode::RefuseCorruption,
+            ..small_options()
+        };
+        match Journal::open(vfs.clone(), &dir, strict) {
+            Err(JournalError::Corrupt { seq, pos, .. }) => {
+                assert_eq!((seq, pos), (last.seq, keep), "cut to {keep}")
+            }
+            Err(e) => panic!("{e}"),
+            Ok(_) => panic!("a segment cut to {keep} bytes was accepted"),
+        }
+        let scan = inspect(vfs.as_ref(), &dir).unwrap();
+        assert_eq!(scan.wrong_length.map(|w| w.0), Some(last.seq));
+    }
+}
+
+/// A `truncate_after` cut short by a crash leaves its mark in a segment
+/// header; the next writable open zeroes what the truncation may have left
+/// and clears the mark, so that records written after it prove damage
+/// again.
+#[test]
+fn an_interrupted_truncation_is_finished_by_the_next_open() {
+    let (vfs, dir) = sim(13);
+    let j = Journal::open(vfs.clone(), &dir, small_options()).unwrap();
+    for i in 1..=30 {
+        j.append(&payload(i, 3000)).unwrap();
+    }
+    // The mark and the zeroing of the last segment land; the rest does
+    // not (a segment is one chunk of zeros here).
+    vfs.crash_after_ops(2);
+    assert!(j.truncate_after(10).is_err());
+    drop(j);
+    vfs.crash(CrashMode::Process);
+    let scan = inspect(vfs.as_ref(), &dir).unwrap();
+    let cut = scan.pending_cut.expect("the mark");
+    assert_eq!(cut.cut_lsn, 10);
+    let j = Journal::open(vfs.clone(), &dir, small_options()).unwrap();
+    let kept = j.recovery_report().last_lsn.unwrap();
+    assert!((10..=30).contains(&kept), "{kept}");
+    drop(j);
+    let scan = inspect(vfs.as_ref(), &dir).unwrap();
+    assert_eq!(scan.pending_cut, None, "the open cleared the mark");
+    assert_eq!(scan.last_lsn, Some(kept));
+    let beyond = scan.segments.iter().any(|s| {
+        let bytes = vfs.contents(&s.path).unwrap();
+        let from = if s.in_chain { s.end_pos as usize } else { 0 };
+        let found = scan::valid_records(&bytes, s.seq, from).count();
+        found > 0
+    });
+    assert!(
+        !beyond,
+        "records from before the cut are left past the chain"
+    );
 }

@@ -31,7 +31,7 @@ pub use format::{
     FORMAT_VERSION, RECORD_HEADER_BYTES, SEGMENT_HEADER_BYTES,
 };
 pub use records::Records;
-pub use scan::{RecordInfo, Scan, SegmentScan, StopReason, SET_ASIDE_SUFFIX};
+pub use scan::{Evidence, PendingCut, RecordInfo, Scan, SegmentScan, StopReason, SET_ASIDE_SUFFIX};
 pub use writer::CommitHandle;
 
 use crate::io::{IoError, Vfs, WriteMethod};
@@ -69,11 +69,13 @@ pub enum RecoveryMode {
     #[default]
     StopAtFirstBad,
     /// Like `StopAtFirstBad`, but refuse to open ([`JournalError::Corrupt`])
-    /// when the damage is followed by a valid record of the same epoch
-    /// beyond the reach of a torn write (further than the writes that can be
-    /// in flight at once). A torn tail from a crash is still accepted;
-    /// corruption in the middle, which would lose acknowledged records, is
-    /// not.
+    /// when the records the chain lacks were durable: a valid record past
+    /// the damage says so (each record carries the LSN up to which the
+    /// journal was durable when it was made). Also refused: a damaged
+    /// segment header below the chain, and a segment file whose length is
+    /// not its header's. A torn tail from a crash — records that were never
+    /// durable — is still accepted; damage that would lose acknowledged
+    /// records is not.
     RefuseCorruption,
 }
 
@@ -240,24 +242,25 @@ pub enum JournalError {
     /// the message says which setting and why.
     #[error("invalid journal options: {0}")]
     BadOptions(String),
-    /// `RecoveryMode::RefuseCorruption` found damage followed by valid
-    /// records.
+    /// `RecoveryMode::RefuseCorruption` found damage that no crash leaves:
+    /// a record the chain lacks that a later record says was durable, a
+    /// damaged segment header below the chain, or a segment file whose
+    /// length is not its header's.
     #[error(
-        "journal is corrupt: segment {seq} is damaged at byte {pos} ({reason}) but a valid record \
-         (lsn {later_lsn}) follows it; acknowledged records may be lost. Inspect with `keel \
-         journal check`; open with RecoveryMode::StopAtFirstBad to keep the prefix"
+        "journal is corrupt: segment {seq}, byte {pos}: {reason}; acknowledged records would be \
+         lost. Inspect with `keel journal check`"
     )]
     Corrupt {
         /// The sequence number of the damaged segment.
         seq: u64,
         /// The byte offset of the damage in that segment file (0 for a
-        /// damaged header).
+        /// damaged header; the file's length for a wrong length).
         pos: u64,
-        /// What was found there.
+        /// What was found there, and the evidence that it is not a tear.
         reason: String,
-        /// The LSN of the valid record found after the damage (for a damaged
-        /// header below the chain: the chain's first LSN, or its base LSN if
-        /// it holds no record).
+        /// The LSN of the valid record that proves the damage (for a
+        /// damaged header below the chain: the chain's first LSN, or its
+        /// base LSN if it holds no record; 0 for a wrong length).
         later_lsn: u64,
     },
     /// A segment file whose header carries another store id than the
@@ -294,6 +297,19 @@ pub enum JournalError {
         /// The LSN of the journal's first record (its next LSN if it holds
         /// none).
         first: Lsn,
+    },
+    /// A segment in a journal format version this build does not read
+    /// (version 1 and 2 records carry no durable LSN). Nothing was changed.
+    #[error(
+        "segment {path} is in journal format version {version}, which this Keel does not read \
+         (it reads version {}): open the journal with the Keel that wrote it",
+        format::FORMAT_VERSION
+    )]
+    UnsupportedVersion {
+        /// The segment file.
+        path: PathBuf,
+        /// The version its header states.
+        version: u32,
     },
     /// [`inspect`] found no segment files in the directory.
     #[error("{0} is not a journal directory (no segment files)")]
@@ -561,6 +577,7 @@ pub mod fuzzing {
             segment_size: 1 << 16,
             base_lsn: 1,
             max_write_bytes: 1 << 16,
+            cut_lsn: 0,
         }
         .encode(&mut seg);
         let (mut lsn, mut salt, mut i) = (1u64, 7u32, 0usize);
@@ -583,6 +600,7 @@ pub mod fuzzing {
                 seq: if ctl & 2 != 0 { 2 } else { 1 },
                 salt,
                 flags,
+                durable_lsn: lsn.saturating_sub(1 + u64::from(ctl >> 2 & 3)),
             };
             lsn = h.lsn + 1;
             let at = seg.len();
@@ -597,6 +615,25 @@ pub mod fuzzing {
             i += 3;
         }
         seg
+    }
+
+    /// Make every valid record of segment `seq` in `bytes` whose LSN is
+    /// above `lsn` claim at most `claim` durable, checksums recomputed: as
+    /// if they had been made while record `lsn` was still in flight (what
+    /// writes that overlap, or a torn first write, leave).
+    pub fn lower_claims(bytes: &mut [u8], seq: u64, lsn: u64, claim: u64) {
+        let found: Vec<_> = super::scan::valid_records(bytes, seq, 0).collect();
+        for e in found.into_iter().filter(|e| e.lsn > lsn) {
+            let at = e.pos as usize;
+            let end = at + RECORD_HEADER_BYTES + e.len as usize;
+            let (h, payload) = RecordHeader::decode(&bytes[at..end]).expect("valid record");
+            let payload = payload.to_vec();
+            RecordHeader {
+                durable_lsn: h.durable_lsn.min(claim),
+                ..h
+            }
+            .encode(&payload, &mut bytes[at..end]);
+        }
     }
 
     /// Walk arbitrary bytes as segment `seq` with `block_size` bytes of

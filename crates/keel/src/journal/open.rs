@@ -57,6 +57,13 @@ pub(super) fn open(
     scan::open_for_read(vfs.as_ref(), &active.path)?.read_exact_at(&mut tail, tail_start)?;
     let (spares, free) = classify_leftovers(vfs.as_ref(), &spec, &found.segments, &active)?;
     zero_leftovers_after_chain(&spec, &found, &spares)?;
+    finish_pending_cut(
+        vfs.as_ref(),
+        &spec,
+        &found,
+        (&active, tail_start, &tail),
+        &spares,
+    )?;
     let salt = writer::new_salt(found.last_salt.unwrap_or(0));
     let report = RecoveryReport {
         first_lsn: found.first_lsn,
@@ -206,6 +213,47 @@ fn zero_leftovers_after_chain(
     Ok(())
 }
 
+/// A `truncate_after` that a crash interrupted left its mark (see
+/// `Scan::pending_cut`) and perhaps records from before the cut past the
+/// chain's end, in the active segment or the spares after it: zero them
+/// all, durably, then clear the mark — from then on every record past the
+/// chain's end is of the journal's own history again, and its durable LSN
+/// counts as evidence. A crash meanwhile leaves the mark; the next open
+/// does this again. (The active segment's last partial block keeps its
+/// bytes before the append position.)
+fn finish_pending_cut(
+    vfs: &dyn Vfs,
+    spec: &SegmentSpec,
+    found: &scan::Scan,
+    (active, tail_start, tail): (&ReadySegment, u64, &[u8]),
+    spares: &VecDeque<ReadySegment>,
+) -> Result<(), JournalError> {
+    let Some(cut) = found.pending_cut else {
+        return Ok(());
+    };
+    let block = spec.block_size as u64;
+    super::truncate::zero_durably(
+        spec,
+        active.file.as_ref(),
+        tail_start,
+        spec.segment_size,
+        tail,
+    )?;
+    for spare in spares {
+        super::truncate::zero_durably(spec, spare.file.as_ref(), block, spec.segment_size, &[])?;
+    }
+    let marked = found
+        .segments
+        .iter()
+        .find(|s| s.seq == cut.seq)
+        .and_then(|s| s.header.ok());
+    if let (Some(h), true) = (marked, vfs.exists(&spec.path(cut.seq))?) {
+        let file = spec.open(vfs, cut.seq)?.file;
+        spec.write_header(file.as_ref(), cut.seq, h.base_lsn, 0)?;
+    }
+    Ok(())
+}
+
 /// `RecoveryMode::StopAtFirstBad` keeps the chain that starts above a
 /// segment whose header is damaged; that segment would otherwise be
 /// recycled like a released one, destroying the evidence of what was lost.
@@ -241,14 +289,16 @@ fn set_aside_damaged(
 /// `RecoveryMode::RefuseCorruption`: fail if the scan found damage that a
 /// crash cannot explain.
 fn refuse_corruption(found: &scan::Scan) -> Result<(), JournalError> {
-    if let (Some((_, _, later_lsn)), Some((seq, pos, reason))) =
-        (found.valid_after_damage, &found.stop)
-    {
+    if let (Some(e), Some((seq, pos, reason))) = (found.valid_after_damage, &found.stop) {
         return Err(JournalError::Corrupt {
             seq: *seq,
             pos: *pos,
-            reason: reason.to_string(),
-            later_lsn,
+            reason: format!(
+                "{reason}, but record {} (segment {}, byte {}) says every record up to {} was \
+                 durable",
+                e.lsn, e.seq, e.pos, e.durable_lsn
+            ),
+            later_lsn: e.lsn,
         });
     }
     if let Some(seq) = found.damaged_before_chain {
@@ -257,6 +307,14 @@ fn refuse_corruption(found: &scan::Scan) -> Result<(), JournalError> {
             pos: 0,
             reason: "segment header damaged below the start of the chain".into(),
             later_lsn: found.first_lsn.or(found.base_lsn).unwrap_or(0),
+        });
+    }
+    if let Some((seq, len, size)) = found.wrong_length {
+        return Err(JournalError::Corrupt {
+            seq,
+            pos: len,
+            reason: format!("the file is {len} bytes but its header says {size}"),
+            later_lsn: 0,
         });
     }
     Ok(())

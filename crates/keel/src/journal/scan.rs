@@ -37,6 +37,36 @@ pub struct RecordInfo {
     pub flags: u16,
 }
 
+/// A valid record found outside the chain, with what it claims.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Evidence {
+    /// The segment it lies in.
+    pub seq: u64,
+    /// Byte offset of its header in the segment file.
+    pub pos: u64,
+    /// Its LSN.
+    pub lsn: u64,
+    /// Every record up to this LSN was durable when it was made.
+    pub durable_lsn: u64,
+    /// Its epoch.
+    pub salt: u32,
+    /// Its flag bits.
+    pub flags: u16,
+    /// Its payload length as stored.
+    pub len: u32,
+}
+
+/// A truncation that may not have finished: the mark `truncate_after`
+/// writes into the header of the segment holding the cut before it zeroes
+/// anything, and clears once every record past the cut is zero.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PendingCut {
+    /// The segment whose header holds the mark.
+    pub seq: u64,
+    /// The LSN the journal was cut after.
+    pub cut_lsn: u64,
+}
+
 /// Why the records of a segment end where they do.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum StopReason {
@@ -130,18 +160,27 @@ pub struct Scan {
     pub last_salt: Option<u32>,
     /// Where and why the chain stopped: (segment seq, byte offset, reason).
     pub stop: Option<(u64, u64, StopReason)>,
-    /// A valid record of the last epoch found after damage, beyond the
-    /// reach of a torn write (see `RecoveryMode::RefuseCorruption`):
-    /// (segment seq, byte offset, lsn). Found in the damaged segment past
-    /// `tolerated_damage_bytes`, or anywhere in a later segment: one write
-    /// is in flight at a time and a write never spans segments, so a later
-    /// segment only holds records of the epoch once every earlier write was
-    /// complete.
-    pub valid_after_damage: Option<(u64, u64, u64)>,
+    /// Proof that the chain was cut by damage, not by a crash: a valid
+    /// record outside the chain (past its end, or in another segment) whose
+    /// `durable_lsn` says the first record the chain lacks was durable
+    /// when it was made. A crash leaves torn only records that were not yet
+    /// durable, so no such record follows a torn tail. (The record claiming
+    /// the most is kept.) Records that an unfinished truncation may have
+    /// left (see [`Scan::pending_cut`]) prove nothing.
+    pub valid_after_damage: Option<Evidence>,
     /// A segment below the start of the chain whose header is not valid:
     /// no crash leaves one there (segments are created and recycled only
     /// above the active one), so the records it held are lost to damage.
     pub damaged_before_chain: Option<u64>,
+    /// The first segment file (seq, file length, header's
+    /// `segment_size`) whose length is not its header's: cut short or
+    /// extended behind the journal's back, which no crash does (a header
+    /// is written only once the file has its full length).
+    pub wrong_length: Option<(u64, u64, u64)>,
+    /// A `truncate_after` that a crash interrupted (its mark is still in
+    /// a segment header): records it may have left past the cut prove
+    /// nothing, and a writable open finishes zeroing them.
+    pub pending_cut: Option<PendingCut>,
     /// The base LSN in the header of the chain's first segment: where
     /// numbering goes on when the chain holds no record.
     pub base_lsn: Option<u64>,
@@ -212,26 +251,6 @@ pub fn list_set_aside(vfs: &dyn Vfs, dir: &Path) -> Result<Vec<PathBuf>, Journal
         })
         .map(|name| dir.join(name))
         .collect())
-}
-
-/// The largest `max_write_bytes` stated by a valid segment header in
-/// `segments`, and `at_least`: a crash of whichever opener wrote them can
-/// have left that much torn per write in flight.
-fn largest_write_bytes(
-    vfs: &dyn Vfs,
-    segments: &[(u64, PathBuf)],
-    at_least: usize,
-) -> Result<usize, JournalError> {
-    let mut largest = at_least;
-    for (_, path) in segments {
-        let file = open_for_read(vfs, path)?;
-        let mut head = [0u8; SEGMENT_HEADER_BYTES];
-        let n = file.read_at(&mut head, 0)?;
-        if let Ok(h) = SegmentHeader::decode(&head[..n]) {
-            largest = largest.max(h.max_write_bytes as usize);
-        }
-    }
-    Ok(largest)
 }
 
 /// The segment files in `dir`, sorted by sequence.
@@ -413,19 +432,30 @@ struct ChainWalk {
     prev_seq: Option<u64>,
 }
 
-/// Scan every segment in `dir`. How far past a damaged record valid
-/// records may legitimately follow (the bytes a crash can leave
-/// half-written: writes in flight × the largest write, or a chunk of zeros
-/// written by `truncate_after`, plus one block) comes from the largest write
+/// What the headers of a directory's segments say before any record is
+/// read: the largest write any journal made into them, and a truncation
+/// that may not have finished.
+struct HeaderFacts {
+    largest_write_bytes: usize,
+    pending_cut: Option<PendingCut>,
+}
+
+/// Scan every segment in `dir`. How far past the chain's end a crash can
+/// leave half-written bytes (writes in flight × the largest write, or a
+/// chunk of zeros written by `truncate_after`) comes from the largest write
 /// size any segment header states, or `max_write_bytes` if larger: the
 /// journal that crashed may have written bigger batches than this opener.
+/// Whether damage is a torn write or corruption does not depend on it: see
+/// [`Scan::valid_after_damage`].
 pub fn scan(vfs: &dyn Vfs, dir: &Path, max_write_bytes: usize) -> Result<Scan, JournalError> {
     let files = list_segments(vfs, dir)?;
-    let largest = largest_write_bytes(vfs, &files, max_write_bytes)?;
-    let tolerated_damage_bytes = super::tolerated_damage_bytes(largest);
+    let facts = header_facts(vfs, &files, max_write_bytes)?;
+    let tolerated_damage_bytes = super::tolerated_damage_bytes(facts.largest_write_bytes);
     let mut out = Scan::empty(tolerated_damage_bytes, list_set_aside(vfs, dir)?);
+    out.pending_cut = facts.pending_cut;
     let mut chain = ChainWalk::new();
     let mut bad_before_chain = None;
+    let mut claims = Claims::default();
     for (seq, path) in files {
         let bytes = read_segment_from_disk(vfs, &path)?;
         let header = match SegmentHeader::decode(&bytes) {
@@ -443,9 +473,8 @@ pub fn scan(vfs: &dyn Vfs, dir: &Path, max_write_bytes: usize) -> Result<Scan, J
             stop: None,
             in_chain: false,
         };
-        // Where to look for records of the chain's epoch past its end, and
-        // the lowest LSN that counts as evidence of damage.
-        let mut search = Some((0u64, 0u64));
+        // Where records outside the chain may lie in this file.
+        let mut outside_from = SEGMENT_HEADER_BYTES as u64;
         match header {
             // A segment being prepared or recycled: not part of the chain,
             // and it ends the chain if the chain was waiting for it.
@@ -455,25 +484,26 @@ pub fn scan(vfs: &dyn Vfs, dir: &Path, max_write_bytes: usize) -> Result<Scan, J
             }
             Ok(h) => {
                 check_store_id(&mut out, &seg.path, h.store_id)?;
+                if bytes.len() as u64 != h.segment_size {
+                    out.wrong_length
+                        .get_or_insert((seq, bytes.len() as u64, h.segment_size));
+                }
                 if chain.prev_seq.is_some_and(|p| p + 1 != seq) {
                     // A segment is missing: the chain cannot go on.
                     chain.open = false;
                 }
                 if chain.open {
-                    search = extend_chain(
-                        &mut out,
-                        &mut chain,
-                        &mut seg,
-                        &bytes,
-                        h,
-                        tolerated_damage_bytes,
-                    );
+                    extend_chain(&mut out, &mut chain, &mut seg, &bytes, h);
+                    if seg.in_chain {
+                        outside_from = seg.end_pos;
+                    }
                 }
             }
         }
-        if let (Some((from, above)), false) = (search, chain.open) {
-            past_chain_end(&mut out, &chain, &seg, &bytes, from, above);
+        if !seg.in_chain {
+            leftover_after_chain(&mut out, &chain, &seg, &bytes);
         }
+        claims.look(&bytes, seq, outside_from, out.pending_cut);
         out.segments.push(seg);
     }
     if chain.started {
@@ -481,7 +511,59 @@ pub fn scan(vfs: &dyn Vfs, dir: &Path, max_write_bytes: usize) -> Result<Scan, J
     }
     out.last_lsn = chain.cursor.expected_lsn.map(|e| e - 1);
     out.last_salt = chain.cursor.salt;
+    // The first LSN the chain lacks: after its last record, or where an
+    // empty chain's numbering goes on.
+    let missing = chain.cursor.expected_lsn.or(out.base_lsn).unwrap_or(1);
+    if chain.started {
+        out.valid_after_damage = claims.best.filter(|e| e.durable_lsn >= missing);
+    }
     Ok(out)
+}
+
+/// Read every segment's header: the largest `max_write_bytes` any states
+/// (and `at_least`: a crash of whichever opener wrote them can have left
+/// that much torn per write in flight), and the truncation a header marks
+/// as not finished, if any.
+fn header_facts(
+    vfs: &dyn Vfs,
+    segments: &[(u64, PathBuf)],
+    at_least: usize,
+) -> Result<HeaderFacts, JournalError> {
+    let mut facts = HeaderFacts {
+        largest_write_bytes: at_least,
+        pending_cut: None,
+    };
+    for (seq, path) in segments {
+        let file = open_for_read(vfs, path)?;
+        let mut head = [0u8; SEGMENT_HEADER_BYTES];
+        let n = file.read_at(&mut head, 0)?;
+        let header = SegmentHeader::decode(&head[..n]);
+        if let Err(HeaderError::UnsupportedVersion(version)) = header {
+            // Refused before anything is read as damage: an open would
+            // otherwise recycle what it cannot read.
+            return Err(JournalError::UnsupportedVersion {
+                path: path.clone(),
+                version,
+            });
+        }
+        if let Ok(h) = header {
+            facts.largest_write_bytes = facts.largest_write_bytes.max(h.max_write_bytes as usize);
+            if h.cut_lsn != 0 && h.seq == *seq {
+                // One truncation runs at a time, and each clears its mark
+                // before the journal goes on: at most one is pending. Were
+                // there two, the lower cut voids more.
+                let cut = PendingCut {
+                    seq: *seq,
+                    cut_lsn: h.cut_lsn,
+                };
+                facts.pending_cut = Some(match facts.pending_cut {
+                    Some(p) if p.cut_lsn <= cut.cut_lsn => p,
+                    _ => cut,
+                });
+            }
+        }
+    }
+    Ok(facts)
 }
 
 impl Scan {
@@ -496,10 +578,12 @@ impl Scan {
             stop: None,
             valid_after_damage: None,
             damaged_before_chain: None,
+            wrong_length: None,
             base_lsn: None,
             tolerated_damage_bytes,
             set_aside,
             leftover_after_chain: None,
+            pending_cut: None,
         }
     }
 }
@@ -519,20 +603,60 @@ impl ChainWalk {
     }
 }
 
-/// Segment `seg` (its `bytes`) lies past the chain's end: look there for
-/// records of the chain's epoch (evidence of damage, from byte `from`,
-/// LSNs above `above`), and note a valid record of the chain's salt in
-/// the segment right after the chain's last (a leftover).
-fn past_chain_end(
-    out: &mut Scan,
-    chain: &ChainWalk,
-    seg: &SegmentScan,
-    bytes: &[u8],
-    from: u64,
-    above: u64,
-) {
+/// The valid record outside the chain that claims the most durable, of
+/// those whose claim counts (see [`PendingCut`]).
+#[derive(Default)]
+struct Claims {
+    best: Option<Evidence>,
+}
+
+impl Claims {
+    /// Look at every valid record of segment `seq` in `bytes[from..]`.
+    fn look(&mut self, bytes: &[u8], seq: u64, from: u64, cut: Option<PendingCut>) {
+        for e in valid_records(bytes, seq, from as usize) {
+            let void = cut.is_some_and(|c| seq >= c.seq && e.lsn > c.cut_lsn);
+            if !void && self.best.is_none_or(|b| e.durable_lsn > b.durable_lsn) {
+                self.best = Some(e);
+            }
+        }
+    }
+}
+
+/// Every record of segment `seq` that decodes in `bytes[from..]`, in file
+/// order: found byte by byte (a decoded record is skipped whole), so damage
+/// anywhere does not hide what follows it.
+pub fn valid_records(bytes: &[u8], seq: u64, from: usize) -> impl Iterator<Item = Evidence> + '_ {
+    let seq_bytes = seq.to_le_bytes();
+    let mut p = from;
+    std::iter::from_fn(move || {
+        while p + RECORD_HEADER_BYTES <= bytes.len() {
+            // Checking the segment sequence first makes the search cheap.
+            if bytes[p + RH_SEQ..p + RH_SEQ + 8] == seq_bytes {
+                if let Ok((h, _)) = RecordHeader::decode(&bytes[p..]) {
+                    let at = p;
+                    p += RECORD_HEADER_BYTES + h.len as usize;
+                    return Some(Evidence {
+                        seq,
+                        pos: at as u64,
+                        lsn: h.lsn,
+                        durable_lsn: h.durable_lsn,
+                        salt: h.salt,
+                        flags: h.flags,
+                        len: h.len,
+                    });
+                }
+            }
+            p += 1;
+        }
+        None
+    })
+}
+
+/// Segment `seg` (its `bytes`) lies past the chain's end: note a valid
+/// record of the chain's salt in the segment right after the chain's last
+/// (a leftover of a torn first write into it).
+fn leftover_after_chain(out: &mut Scan, chain: &ChainWalk, seg: &SegmentScan, bytes: &[u8]) {
     let seq = seg.seq;
-    look_past_chain(out, &chain.cursor, bytes, seq, from, above);
     let block = seg.header.map_or(0, |h| h.block_size as usize);
     let next_to_chain = chain.prev_seq.is_some_and(|p| p + 1 == seq);
     if let (true, Some(salt), Some(exp)) = (
@@ -561,18 +685,14 @@ fn check_store_id(out: &mut Scan, path: &Path, found: u64) -> Result<(), Journal
     Ok(())
 }
 
-/// Walk segment `seg` as the chain's next segment. Returns where to look
-/// for evidence of damage past the chain's end if the chain ended here
-/// without taking a record from this segment: (byte offset, records must
-/// have an LSN at least this much above the expected one).
+/// Walk segment `seg` as the chain's next segment.
 fn extend_chain(
     out: &mut Scan,
     chain: &mut ChainWalk,
     seg: &mut SegmentScan,
     bytes: &[u8],
     h: SegmentHeader,
-    tolerated_damage_bytes: u64,
-) -> Option<(u64, u64)> {
+) {
     let seq = seg.seq;
     let before = chain.cursor;
     let (records, end, mut stop) =
@@ -593,18 +713,14 @@ fn extend_chain(
             out.stop,
             Some((_, _, StopReason::CleanEnd | StopReason::SegmentEnd))
         );
-        if !clean_before {
-            return Some((0, 0));
+        if clean_before {
+            if let StopReason::Damaged(_) = stop {
+                out.stop = Some((seq, end, stop.clone()));
+                seg.stop = Some(stop);
+                seg.end_pos = end;
+            }
         }
-        if let StopReason::Damaged(_) = stop {
-            out.stop = Some((seq, end, stop.clone()));
-            seg.stop = Some(stop);
-            seg.end_pos = end;
-        }
-        // The first write into this segment (or the last chunk of an
-        // interrupted `truncate_after`) may be the torn one.
-        let tolerated = tolerated_damage_bytes + u64::from(h.block_size);
-        return Some((u64::from(h.block_size).saturating_add(tolerated), 0));
+        return;
     }
     // Here the chain has started already, or this is its first segment.
     if !chain.started {
@@ -624,40 +740,7 @@ fn extend_chain(
         out.first_lsn.get_or_insert(first.lsn);
     }
     seg.records = records;
-    if let StopReason::Damaged(_) = stop {
-        let tolerated = tolerated_damage_bytes + u64::from(h.block_size);
-        let from = end.saturating_add(tolerated).min(bytes.len() as u64) as usize;
-        let (salt, exp) = (chain.cursor.salt, chain.cursor.expected_lsn.unwrap_or(0));
-        if let Some((pos, lsn)) = find_valid_after(bytes, seq, from, salt, exp) {
-            out.valid_after_damage.get_or_insert((seq, pos, lsn));
-        }
-    }
     out.stop = Some((seq, end, stop.clone()));
     seg.stop = Some(stop);
     chain.prev_seq = Some(seq);
-    None
-}
-
-/// Past the end of the chain, a record of the chain's epoch with an LSN of
-/// at least `expected + above` means records were lost to damage.
-fn look_past_chain(
-    out: &mut Scan,
-    cursor: &ChainCursor,
-    bytes: &[u8],
-    seq: u64,
-    from: u64,
-    above: u64,
-) {
-    if out.valid_after_damage.is_some() {
-        return;
-    }
-    // Before the chain's first record any record counts: the chain ended
-    // in its first segment without one.
-    let expected = cursor.expected_lsn.unwrap_or(1);
-    let from = from.min(bytes.len() as u64) as usize;
-    // `find_valid_after` wants LSNs strictly above its bound.
-    let bound = (expected + above).saturating_sub(1);
-    if let Some((pos, lsn)) = find_valid_after(bytes, seq, from, cursor.salt, bound) {
-        out.valid_after_damage = Some((seq, pos, lsn));
-    }
 }

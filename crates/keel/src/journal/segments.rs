@@ -54,6 +54,7 @@ impl SegmentSpec {
         file: &dyn VfsFile,
         seq: u64,
         base_lsn: u64,
+        cut_lsn: u64,
     ) -> Result<(), JournalError> {
         let mut block = AlignedBuf::new(self.block_size, self.block_size);
         SegmentHeader {
@@ -63,6 +64,7 @@ impl SegmentSpec {
             segment_size: self.segment_size,
             base_lsn,
             max_write_bytes: u32::try_from(self.max_write_bytes).unwrap_or(u32::MAX),
+            cut_lsn,
         }
         .encode(&mut block);
         self.method.write_durably(file, &block, 0)?;
@@ -112,7 +114,7 @@ impl SegmentSpec {
         filler.sync(crate::io::SyncKind::Data)?;
         drop(filler);
         let file = vfs.open(&path, self.method.open_options().create(false))?;
-        self.write_header(file.as_ref(), seq, base_lsn)?;
+        self.write_header(file.as_ref(), seq, base_lsn, 0)?;
         vfs.sync_dir(&self.dir)?;
         Ok(ReadySegment { seq, path, file })
     }
@@ -144,7 +146,7 @@ impl SegmentSpec {
             vfs.remove_file(&path)?;
             return self.create(vfs, seq, base_lsn);
         }
-        self.write_header(file.as_ref(), seq, base_lsn)?;
+        self.write_header(file.as_ref(), seq, base_lsn, 0)?;
         Ok(ReadySegment { seq, path, file })
     }
 

@@ -6,6 +6,7 @@ use std::collections::VecDeque;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
+use super::format::SegmentHeader;
 use super::leader::wait_batch;
 use super::scan::{self, ChainCursor};
 use super::segments::{ReadySegment, SegmentSpec};
@@ -65,21 +66,29 @@ fn truncate_quiet(shared: &Shared, st: &mut State, lsn: Lsn) -> Result<(), Journ
     let block = shared.spec.block_size;
     let cut_block = cut / block as u64 * block as u64;
     let tail = bytes[cut_block as usize..cut as usize].to_vec();
-    if st.segments[idx].first_lsn == Some(lsn + 1) {
-        // The cut empties this segment. Once the segments below it are
-        // recycled it may be the chain's first, with no record to say
-        // where numbering goes on: its header says so (`base_lsn`),
-        // written before any record is zeroed, so that a crash at any
-        // point leaves either records or the base.
-        let file = shared.spec.open(shared.vfs.as_ref(), seq)?.file;
-        shared.spec.write_header(file.as_ref(), seq, lsn + 1)?;
-    }
+    // The mark first, durably: until it is cleared, records past the cut
+    // (which the zeroing below removes, last block first) prove nothing
+    // about the chain that goes on from the cut — a crash part-way leaves
+    // some of them, and their `durable_lsn` speaks of the old tail. When
+    // the cut empties this segment the same header says where numbering
+    // goes on (`base_lsn`): once the segments below it are recycled it may
+    // be the chain's first, with no record to say it; written before any
+    // record is zeroed, so that a crash at any point leaves either records
+    // or the base.
+    let base = if st.segments[idx].first_lsn == Some(lsn + 1) {
+        lsn + 1
+    } else {
+        SegmentHeader::decode(&bytes).map_or(lsn + 1, |h| h.base_lsn)
+    };
+    let file = shared.spec.open(shared.vfs.as_ref(), seq)?.file;
+    shared.spec.write_header(file.as_ref(), seq, base, lsn)?;
     // Zero from the cut to the end of what was written, in this segment and
     // every later one — backwards, from the last block written to the cut.
     // A crash part-way then leaves an intact prefix of the old chain followed
     // only by zeros: never a stale record beyond a zeroed gap, where a later
     // epoch's appends could run into it and take it as their continuation.
     zero_from_cut(shared, st, idx, cut_block, &tail)?;
+    shared.spec.write_header(file.as_ref(), seq, base, 0)?;
     // Later segments become spares again (their headers are intact). Open
     // every file before changing any state: a failure poisons the journal,
     // which must still be consistent.

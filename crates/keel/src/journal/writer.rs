@@ -565,7 +565,10 @@ pub(super) fn submit(shared: &Arc<Shared>, parts: &[&[u8]]) -> Result<CommitHand
                     } else {
                         0
                     };
-                fill(slab, at, need, lsn, flags, parts);
+                // What is durable now (never this record: it is not
+                // written yet), for recovery to tell damage from a tear.
+                let durable_lsn = shared.durable_lsn();
+                fill(slab, at, need, (lsn, durable_lsn), flags, parts);
                 return Ok(CommitHandle {
                     shared: Arc::clone(shared),
                     lsn,
@@ -599,13 +602,21 @@ fn compress(shared: &Shared, parts: &[&[u8]], len: usize) -> Option<Vec<u8>> {
 /// offset `at` of `slab`, which this thread reserved, and count it as
 /// settled.
 #[inline]
-fn fill(slab: &Slab, at: usize, need: usize, lsn: Lsn, flags: u16, parts: &[&[u8]]) {
+fn fill(
+    slab: &Slab,
+    at: usize,
+    need: usize,
+    (lsn, durable_lsn): (Lsn, Lsn),
+    flags: u16,
+    parts: &[&[u8]],
+) {
     let header = RecordHeader {
         len: (need - RECORD_HEADER_BYTES) as u32,
         lsn,
         seq: slab.seq,
         salt: slab.salt,
         flags,
+        durable_lsn,
     };
     // SAFETY: `[at, at + need)` lies inside the buffer (`capacity` ≤ its
     // length) and was reserved by this thread alone; nobody reads it
