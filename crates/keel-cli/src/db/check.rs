@@ -1,14 +1,19 @@
-//! `keel db check`: open the store (recovery validates the meta pages, the
-//! journal and the pages replay touches), then check every page the last
+//! `keel db check`: open the store read-only (recovery validates the meta
+//! pages, the journal and the pages replay touches, and replays the journal
+//! into memory; nothing is written), then check every page the last
 //! checkpoint reaches. A store that cannot be opened because of what is in
-//! its files is damaged too (exit 1); a path that holds no store, or a
-//! store in use, cannot be checked (exit 2).
+//! its files is damaged too (exit 1), as is one that opens only by going
+//! past damaged journal records its checkpoint holds; a torn tail of
+//! records that were never durable (what a crash leaves) is a note, exit 0.
+//! A path that holds no store, or a store in use, cannot be checked
+//! (exit 2).
 
 use std::path::Path;
 use std::process::ExitCode;
 
 use keel::btree::{BtreeError, PageError, TreeStats};
 use keel::db::{Database, DbError, DATA_FILE};
+use keel::journal::StopReason;
 use serde::Serialize;
 
 use super::args::StoreArgs;
@@ -31,6 +36,8 @@ struct Report {
     page: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     checked: Option<Checked>,
+    /// What is worth knowing but not damage (a torn tail a crash left).
+    notes: Vec<String>,
 }
 
 /// What a clean check covered.
@@ -46,6 +53,9 @@ struct Checked {
     disk: Tree,
     /// The newest tree: the checkpoint's with the journal replayed.
     memory: Tree,
+    /// Entries a reader sees now, in every table: the checkpoint's and
+    /// the journal's records after it.
+    entries: u64,
 }
 
 #[derive(Serialize)]
@@ -86,7 +96,7 @@ pub fn run(a: StoreArgs) -> Result<ExitCode, Failure> {
     } else {
         print!("{}", render(&report));
     }
-    Ok(ExitCode::from(if report.checked.is_some() { 0 } else { 1 }))
+    Ok(ExitCode::from(if report.status == "ok" { 0 } else { 1 }))
 }
 
 /// Open the store: the database, or the report of the damage that kept it
@@ -94,7 +104,7 @@ pub fn run(a: StoreArgs) -> Result<ExitCode, Failure> {
 fn open_for_check(store: &Path) -> Result<Result<Database, Report>, Failure> {
     let e = match Database::builder()
         .background_checkpoints(false)
-        .open(store)
+        .open_read_only(store)
     {
         Ok(db) => return Ok(Ok(db)),
         Err(e) => e,
@@ -120,15 +130,24 @@ fn open_for_check(store: &Path) -> Result<Result<Database, Report>, Failure> {
 
 fn check_open(db: &Database, store: &Path) -> Report {
     let checked = db.check().and_then(|c| {
-        let tables = db.begin_read().list_tables()?.len();
-        Ok((c, tables))
+        let r = db.begin_read();
+        let tables = r.list_tables()?;
+        let mut entries = 0u64;
+        for name in &tables {
+            for kv in r.open_table(name)?.iter() {
+                kv?;
+                entries += 1;
+            }
+        }
+        Ok((c, tables.len(), entries))
     });
-    let (c, tables) = match checked {
+    let (c, tables, entries) = match checked {
         Ok(x) => x,
         Err(e) => return damage_report(store, &e),
     };
     let s = db.stats();
-    Report {
+    let journal = db.journal().recovery_report();
+    let mut report = Report {
         store: store.display().to_string(),
         status: "ok",
         reason: None,
@@ -143,8 +162,34 @@ fn check_open(db: &Database, store: &Path) -> Report {
             newest_lsn: s.published_lsn,
             disk: Tree::from(&c.disk),
             memory: Tree::from(&c.memory),
+            entries,
         }),
+        notes: Vec::new(),
+    };
+    if let Some((seq, pos, why @ StopReason::Damaged(_))) = &journal.stop {
+        report.notes.push(format!(
+            "the journal ends at segment {seq} byte {pos} ({why}): records from lsn {} on were \
+             never durable (no later record says otherwise) — the torn tail a crash leaves; \
+             every acknowledged commit is kept",
+            journal.last_lsn.map_or(1, |l| l + 1)
+        ));
     }
+    if let Some(k) = journal.skipped.first() {
+        report.status = "damaged";
+        report.file = Some("journal");
+        let (a, b) = k.lsns;
+        let lsns = if a == 0 {
+            format!("up to lsn {b}")
+        } else {
+            format!("lsn {a}..={b}")
+        };
+        report.reason = Some(format!(
+            "journal records {lsns} are damaged or missing (segment {} byte {}: {}); the \
+             checkpoint (lsn {}) holds them, so the store opens and keeps every commit",
+            k.seq, k.pos, k.reason, s.checkpoint_lsn
+        ));
+    }
+    report
 }
 
 fn damaged(store: &Path, reason: String, file: Option<&'static str>, page: Option<u64>) -> Report {
@@ -155,6 +200,7 @@ fn damaged(store: &Path, reason: String, file: Option<&'static str>, page: Optio
         file,
         page,
         checked: None,
+        notes: Vec::new(),
     }
 }
 
@@ -197,7 +243,7 @@ fn render(r: &Report) -> String {
     };
     let d = &c.disk;
     let mut out = format!(
-        "checked store {}: {} pages of {} bytes\n",
+        "checked store {} (read-only): {} pages of {} bytes\n",
         r.store, c.pages_in_file, c.page_size_bytes
     );
     out += &format!(
@@ -213,9 +259,18 @@ fn render(r: &Report) -> String {
         c.free_pages
     );
     out += &format!(
-        "  in memory (newest lsn {}, after replaying the journal): {} entries, {} table(s)\n",
-        c.newest_lsn, c.memory.entries, c.tables
+        "  as readers see it (newest lsn {}, the journal replayed in memory): {} entries in {} \
+         table(s)\n",
+        c.newest_lsn, c.entries, c.tables
     );
-    out += "OK: every checksum, every B+tree rule and every page's owner checked\n";
+    for n in &r.notes {
+        out += &format!("note: {n}\n");
+    }
+    match &r.reason {
+        Some(reason) => out += &format!("DAMAGED: {reason}\n"),
+        None => {
+            out += "OK: every checksum, every B+tree rule and every page's owner checked\n";
+        }
+    }
     out
 }

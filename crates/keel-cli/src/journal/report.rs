@@ -332,7 +332,7 @@ fn notices(scan: &Scan) -> Vec<Problem> {
             message: format!(
                 "a truncation after lsn {} was interrupted: records it may have left past the \
                  chain prove nothing; opening the journal for writing zeroes them",
-                cut.cut_lsn
+                cut.cut_from - 1
             ),
         });
     }

@@ -48,6 +48,10 @@ pub enum DbError {
         /// Which format was found, and what to do.
         reason: String,
     },
+    /// The store was opened with `Database::open_read_only`: it takes no
+    /// write transaction and runs no checkpoint.
+    #[error("store {0} was opened read-only: open it with `Database::open` to write")]
+    ReadOnly(PathBuf),
     /// A key longer than the store accepts.
     #[error("a key of {len} bytes is longer than the {max}-byte limit")]
     KeyTooLong {

@@ -290,6 +290,11 @@ impl Builder {
     pub fn open(self, path: impl AsRef<Path>) -> Result<Database> {
         Database::start(path.as_ref(), self.options, false)
     }
+    /// Open the existing store at `path` for reading only: see
+    /// [`Database::open_read_only`].
+    pub fn open_read_only(self, path: impl AsRef<Path>) -> Result<Database> {
+        Database::start_read_only(path.as_ref(), self.options)
+    }
 }
 
 /// An open store. `Send + Sync`: share it between threads by reference or
@@ -415,6 +420,20 @@ impl Database {
         Self::builder().open(path)
     }
 
+    /// Open the existing store at `path` for reading only, with default
+    /// options: recovery runs as for [`Database::open`] — the same checks,
+    /// the same refusals, the journal's records past the checkpoint
+    /// replayed into memory — but nothing on disk changes: no journal
+    /// segment is synced, zeroed, recycled or created, no checkpoint runs,
+    /// and damage the journal skips (records the checkpoint covers) is only
+    /// reported. Read transactions see every durable commit;
+    /// [`Database::begin_write`] and [`Database::checkpoint`] fail with
+    /// [`DbError::ReadOnly`]. Takes the store's lock like a writer: it does
+    /// not run beside another process that has the store open.
+    pub fn open_read_only(path: impl AsRef<Path>) -> Result<Database> {
+        Self::builder().open_read_only(path)
+    }
+
     /// Options for [`Builder::create`] or [`Builder::open`].
     pub fn builder() -> Builder {
         Builder::default()
@@ -445,6 +464,15 @@ impl Database {
         let background = options.background_checkpoints;
         let nice = options.background_nice;
         let shared = Shared::open(path, options, create)?;
+        Ok(Self::with_checkpointer(shared, background, nice))
+    }
+
+    fn start_read_only(path: &Path, options: Options) -> Result<Database> {
+        let shared = Shared::open_read_only(path, options)?;
+        Ok(Self::with_checkpointer(shared, false, 0))
+    }
+
+    fn with_checkpointer(shared: Arc<Shared>, background: bool, nice: u8) -> Database {
         let checkpointer = background.then(|| {
             let s = Arc::clone(&shared);
             std::thread::Builder::new()
@@ -456,10 +484,10 @@ impl Database {
                 })
                 .expect("spawn the checkpoint thread")
         });
-        Ok(Database {
+        Database {
             shared,
             checkpointer,
-        })
+        }
     }
 
     /// Begin a write transaction. Does not wait for another one: the
@@ -468,6 +496,7 @@ impl Database {
     /// store is past its backpressure budgets. Readers are never blocked
     /// by writers.
     pub fn begin_write(&self) -> Result<WriteTxn> {
+        self.refuse_read_only()?;
         self.shared.backpressure()?;
         WriteTxn::begin(Arc::clone(&self.shared))
     }
@@ -483,7 +512,20 @@ impl Database {
     /// the journal recycle what it covers. Returns the LSN covered, or
     /// `None` when nothing was new.
     pub fn checkpoint(&self) -> Result<Option<Lsn>> {
+        self.refuse_read_only()?;
         self.shared.checkpoint()
+    }
+
+    /// Whether the store was opened with [`Database::open_read_only`].
+    pub fn is_read_only(&self) -> bool {
+        self.shared.read_only
+    }
+
+    fn refuse_read_only(&self) -> Result<()> {
+        match self.shared.read_only {
+            true => Err(DbError::ReadOnly(self.shared.path.clone())),
+            false => Ok(()),
+        }
     }
 
     /// Check the store: every page the durable meta page reaches, read
@@ -569,6 +611,9 @@ impl Database {
     /// their snapshots readable.
     pub fn close(mut self) -> Result<()> {
         self.stop_checkpointer();
+        if self.shared.read_only {
+            return Ok(());
+        }
         let s = &self.shared;
         s.check_poison()?;
         let w = s.take_writer()?;

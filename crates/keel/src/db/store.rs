@@ -229,6 +229,9 @@ pub(crate) struct OverlapCounters {
 pub(crate) struct Shared {
     pub path: PathBuf,
     pub options: Options,
+    /// Opened with `Database::open_read_only`: nothing is written, every
+    /// write transaction and checkpoint is refused.
+    pub read_only: bool,
     pub page_size: PageSize,
     pub data: Arc<dyn VfsFile>,
     /// What checkpoints write pages through: the data file opened again
@@ -359,10 +362,15 @@ fn unsupported_version(dir: &Path, version: u32) -> DbError {
     }
 }
 
-fn journal_options(options: &Options) -> JournalOptions {
+/// The store's journal options; `needed_from`: the first LSN the data file
+/// does not hold (its checkpoint's + 1; 0 while the store is created).
+fn journal_options(options: &Options, needed_from: Lsn) -> JournalOptions {
     JournalOptions {
-        // Damage inside the journal is an error, never a silent cut.
+        // Damage inside the journal is an error, never a silent cut...
         recovery_mode: RecoveryMode::RefuseCorruption,
+        // ...unless it touches only records the checkpoint holds: those
+        // are not needed, and recovery goes past them (and reports them).
+        needed_from,
         ..options.journal.clone()
     }
 }
@@ -415,9 +423,12 @@ fn read_metas(data: &dyn VfsFile) -> Result<(Vec<u8>, Vec<u8>)> {
 /// and then reusing the pages the older meta refers to would leave nothing
 /// valid after a power cut. After a failed sync, pages that never reached
 /// the disk may read back as written until evicted.
-fn durable_meta(dir: &Path, data: &dyn VfsFile) -> Result<(Meta, PageSize)> {
+fn durable_meta(dir: &Path, data: &dyn VfsFile, read_only: bool) -> Result<(Meta, PageSize)> {
     data.evict_clean_pages()?;
-    data.sync(SyncKind::Data)?;
+    if !read_only {
+        // (A read-only open adopts nothing: it reads what is there.)
+        data.sync(SyncKind::Data)?;
+    }
     let (a, b) = read_metas(data)?;
     let (meta, _other) = meta::choose(&a, &b).map_err(|[e0, e1]| match (&e0, &e1) {
         (MetaError::UnsupportedVersion(v), _) | (_, MetaError::UnsupportedVersion(v)) => {
@@ -445,12 +456,23 @@ fn durable_meta(dir: &Path, data: &dyn VfsFile) -> Result<(Meta, PageSize)> {
 
 /// The store's journal (damage inside it is an error), checked to belong
 /// to the data file of `meta`.
-fn open_journal(dir: &Path, vfs: &Arc<dyn Vfs>, options: &Options, meta: &Meta) -> Result<Journal> {
+fn open_journal(
+    dir: &Path,
+    vfs: &Arc<dyn Vfs>,
+    options: &Options,
+    meta: &Meta,
+    read_only: bool,
+) -> Result<Journal> {
     let jdir = dir.join(JOURNAL_DIR);
     if !vfs.exists(&jdir)? {
         return Err(corrupt(dir, "the journal directory is missing"));
     }
-    let journal = Journal::open(Arc::clone(vfs), &jdir, journal_options(options))?;
+    let jopts = journal_options(options, meta.checkpoint_lsn + 1);
+    let journal = if read_only {
+        Journal::open_read_only(Arc::clone(vfs), &jdir, jopts)?
+    } else {
+        Journal::open(Arc::clone(vfs), &jdir, jopts)?
+    };
     if journal.store_id() != meta.journal_id {
         return Err(corrupt(
             dir,
@@ -478,7 +500,7 @@ fn initialized(vfs: &dyn Vfs, dir: &Path) -> Result<bool> {
 /// the data file with its first meta page, each made durable.
 fn initialize(vfs: &Arc<dyn Vfs>, dir: &Path, options: &Options) -> Result<()> {
     let jdir = dir.join(JOURNAL_DIR);
-    let journal = Journal::open(Arc::clone(vfs), &jdir, journal_options(options))?;
+    let journal = Journal::open(Arc::clone(vfs), &jdir, journal_options(options, 0))?;
     if journal.recovery_report().last_lsn.is_some() {
         return Err(corrupt(
             dir,
@@ -534,15 +556,44 @@ impl Shared {
             }
             initialize(&vfs, dir, &options)?;
         }
-        Self::recover(dir, options, guard)
+        Self::recover(dir, options, guard, false)
     }
 
-    fn recover(dir: &Path, options: Options, guard: Box<dyn LockGuard>) -> Result<Arc<Shared>> {
+    /// Open the store in `dir` for reading only: recovery's checks and its
+    /// replay into memory, and nothing written (see
+    /// `Database::open_read_only`).
+    pub(crate) fn open_read_only(dir: &Path, options: Options) -> Result<Arc<Shared>> {
+        let vfs = Arc::clone(&options.vfs);
+        if !vfs.exists(&dir.join(DATA_FILE))? {
+            return Err(not_a_store(dir, format!("no {DATA_FILE} in it")));
+        }
+        let guard = vfs.lock(&dir.join(LOCK_FILE)).map_err(|e| match e {
+            io::IoError::Locked { .. } => DbError::Locked(dir.to_path_buf()),
+            e => e.into(),
+        })?;
+        if !initialized(vfs.as_ref(), dir)? {
+            return Err(not_a_store(
+                dir,
+                "its data file has no meta page (a creation that never finished?)",
+            ));
+        }
+        Self::recover(dir, options, guard, true)
+    }
+
+    fn recover(
+        dir: &Path,
+        options: Options,
+        guard: Box<dyn LockGuard>,
+        read_only: bool,
+    ) -> Result<Arc<Shared>> {
         let vfs = Arc::clone(&options.vfs);
         let path = dir.join(DATA_FILE);
-        let data = vfs.open(&path, OpenOptions::new(OpenMode::Buffered))?;
-        let (meta, ps) = durable_meta(dir, data.as_ref())?;
-        let journal = open_journal(dir, &vfs, &options, &meta)?;
+        let data = vfs.open(
+            &path,
+            OpenOptions::new(OpenMode::Buffered).read_only(read_only),
+        )?;
+        let (meta, ps) = durable_meta(dir, data.as_ref(), read_only)?;
+        let journal = open_journal(dir, &vfs, &options, &meta, read_only)?;
         let cache = PageCache::new(Arc::clone(&data), ps, options.cache_bytes);
         let root = (meta.root.page != 0).then_some(Location {
             page: meta.root.page,
@@ -558,11 +609,16 @@ impl Shared {
             frozen: None,
             gen: 0,
         });
-        let page_writes = open_page_writes(vfs.as_ref(), &path, ps, &data);
+        let page_writes = if read_only {
+            Arc::clone(&data)
+        } else {
+            open_page_writes(vfs.as_ref(), &path, ps, &data)
+        };
         let placement = Placement::find(&options.background_cpus, dir, &allowed_cpus())
             .map_err(DbError::BadOptions)?;
         let shared = Shared {
             path: dir.to_path_buf(),
+            read_only,
             page_size: ps,
             data,
             page_writes,

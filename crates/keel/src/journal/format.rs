@@ -8,7 +8,7 @@ use crate::le::{get_u32, get_u64, put_u32, put_u64};
 pub const SEGMENT_MAGIC: [u8; 8] = *b"KEELSEG1";
 /// On-disk format version. Version 2 added `base_lsn` and
 /// `max_write_bytes` to the segment header; version 3 added each record's
-/// `durable_lsn` and the segment header's `cut_lsn`. Older journals are
+/// `durable_lsn` and the segment header's `cut_from`. Older journals are
 /// refused ([`HeaderError::UnsupportedVersion`]).
 pub const FORMAT_VERSION: u32 = 3;
 
@@ -25,8 +25,8 @@ const SH_SEQ: usize = SH_STORE_ID + 8;
 const SH_SEGMENT_SIZE: usize = SH_SEQ + 8;
 const SH_BASE_LSN: usize = SH_SEGMENT_SIZE + 8;
 const SH_MAX_WRITE: usize = SH_BASE_LSN + 8;
-const SH_CUT_LSN: usize = SH_MAX_WRITE + 4;
-const SH_CRC: usize = SH_CUT_LSN + 8;
+const SH_CUT_FROM: usize = SH_MAX_WRITE + 4;
+const SH_CRC: usize = SH_CUT_FROM + 8;
 /// Bytes of the segment header that carry meaning; the rest of the first
 /// block is zero.
 pub const SEGMENT_HEADER_BYTES: usize = SH_CRC + 4;
@@ -101,12 +101,13 @@ pub struct SegmentHeader {
     /// `max_write_bytes`): how far past the end of the chain a crash can
     /// leave torn bytes.
     pub max_write_bytes: u32,
-    /// Nonzero while a `truncate_after(cut_lsn)` whose cut lies in this
-    /// segment may not have finished: records in this segment and later
-    /// ones with a higher LSN may be left from before the cut, so their
-    /// `durable_lsn` proves nothing about the chain that goes on from the
-    /// cut. Zero otherwise.
-    pub cut_lsn: u64,
+    /// Nonzero while a `truncate_after(cut_from - 1)` whose cut lies in
+    /// this segment may not have finished: the first LSN it discards.
+    /// Records in this segment and later ones with an LSN of at least this
+    /// may be left from before the cut, so their `durable_lsn` proves
+    /// nothing about the chain that goes on from the cut. Zero otherwise
+    /// (an LSN is never 0, so a cut after LSN 0 is marked too).
+    pub cut_from: u64,
 }
 
 /// Why a segment header was not accepted.
@@ -155,7 +156,7 @@ impl SegmentHeader {
         put_u64(out, SH_SEGMENT_SIZE, self.segment_size);
         put_u64(out, SH_BASE_LSN, self.base_lsn);
         put_u32(out, SH_MAX_WRITE, self.max_write_bytes);
-        put_u64(out, SH_CUT_LSN, self.cut_lsn);
+        put_u64(out, SH_CUT_FROM, self.cut_from);
         let crc = crc32c::crc32c(&out[..SH_CRC]);
         put_u32(out, SH_CRC, crc);
     }
@@ -186,7 +187,7 @@ impl SegmentHeader {
             segment_size: get_u64(b, SH_SEGMENT_SIZE),
             base_lsn: get_u64(b, SH_BASE_LSN),
             max_write_bytes: get_u32(b, SH_MAX_WRITE),
-            cut_lsn: get_u64(b, SH_CUT_LSN),
+            cut_from: get_u64(b, SH_CUT_FROM),
         };
         if !h.geometry_ok() {
             return Err(HeaderError::BadGeometry);
@@ -351,7 +352,7 @@ mod tests {
             segment_size: 1 << 26,
             base_lsn: 1234,
             max_write_bytes: 1 << 20,
-            cut_lsn: 0,
+            cut_from: 0,
         };
         let mut b = [0u8; 4096];
         h.encode(&mut b);
@@ -375,7 +376,7 @@ mod tests {
             segment_size: 1 << 20,
             base_lsn: 1,
             max_write_bytes: 1 << 20,
-            cut_lsn: 0,
+            cut_from: 0,
         };
         let bad = [
             SegmentHeader {

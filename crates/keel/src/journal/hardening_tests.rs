@@ -289,7 +289,7 @@ fn a_header_with_block_size_zero_is_refused_without_panic() {
         segment_size: 64 << 10,
         base_lsn: 1,
         max_write_bytes: 16 << 10,
-        cut_lsn: 0,
+        cut_from: 0,
     }
     .encode(&mut bytes);
     bytes[4096..4096 + 40].fill(0xab);
@@ -644,7 +644,7 @@ fn an_interrupted_truncation_is_finished_by_the_next_open() {
     vfs.crash(CrashMode::Process);
     let scan = inspect(vfs.as_ref(), &dir).unwrap();
     let cut = scan.pending_cut.expect("the mark");
-    assert_eq!(cut.cut_lsn, 10);
+    assert_eq!(cut.cut_from, 11);
     let j = Journal::open(vfs.clone(), &dir, small_options()).unwrap();
     let kept = j.recovery_report().last_lsn.unwrap();
     assert!((10..=30).contains(&kept), "{kept}");

@@ -31,7 +31,9 @@ pub use format::{
     FORMAT_VERSION, RECORD_HEADER_BYTES, SEGMENT_HEADER_BYTES,
 };
 pub use records::Records;
-pub use scan::{Evidence, PendingCut, RecordInfo, Scan, SegmentScan, StopReason, SET_ASIDE_SUFFIX};
+pub use scan::{
+    Evidence, PendingCut, RecordInfo, Scan, SegmentScan, Skipped, StopReason, SET_ASIDE_SUFFIX,
+};
 pub use writer::CommitHandle;
 
 use crate::io::{IoError, Vfs, WriteMethod};
@@ -118,6 +120,13 @@ pub struct JournalOptions {
     pub max_write_bytes: usize,
     /// What recovery does at open when it meets a record it cannot accept.
     pub recovery_mode: RecoveryMode,
+    /// The lowest LSN the opener needs (0, the default: every record). An
+    /// opener that holds the effects of every earlier record elsewhere (a
+    /// store's checkpoint) sets it: damage confined to records below it
+    /// then neither cuts the journal nor refuses the open — recovery goes
+    /// past it to the needed records, lists what it skipped in
+    /// [`RecoveryReport::skipped`], and LSNs go on from at least here.
+    pub needed_from: Lsn,
     /// Prepared segments kept ahead of the active one.
     pub spare_segments: usize,
     /// Compress payloads of at least this many bytes with LZ4 (kept only
@@ -145,6 +154,7 @@ impl Default for JournalOptions {
             block_size_bytes: 4096,
             max_write_bytes: DEFAULT_MAX_WRITE_BYTES,
             recovery_mode: RecoveryMode::default(),
+            needed_from: 0,
             spare_segments: 1,
             lz4_min_bytes: None,
             writes_in_flight: 1,
@@ -342,6 +352,9 @@ pub struct RecoveryReport {
     /// the records they held are lost. Renamed to `….seg.damaged` and kept
     /// as evidence instead of being recycled.
     pub set_aside: Vec<PathBuf>,
+    /// Damaged or missing records below [`JournalOptions::needed_from`]
+    /// that recovery went past: lost, but not needed by the opener.
+    pub skipped: Vec<Skipped>,
 }
 
 /// An open journal. Share it between threads with `Arc<Journal>`.
@@ -368,6 +381,21 @@ impl Journal {
         options: JournalOptions,
     ) -> Result<Journal, JournalError> {
         open::open(vfs, dir, options)
+    }
+
+    /// Open the journal in `dir` for reading only: the same scan and
+    /// verdict as [`Journal::open`] (`recovery_mode`, `needed_from`), but
+    /// nothing on disk changes — no file is created, synced, zeroed,
+    /// renamed or recycled — and no thread starts. [`Journal::read_from`]
+    /// returns the records recovery would keep; every append fails with
+    /// [`JournalError::Poisoned`] ("opened read-only"). Takes the
+    /// directory's lock like a writer, so it does not run beside one.
+    pub fn open_read_only(
+        vfs: Arc<dyn Vfs>,
+        dir: &Path,
+        options: JournalOptions,
+    ) -> Result<Journal, JournalError> {
+        open::open_read_only(vfs, dir, options)
     }
 
     /// Append a record and return its LSN once it is durable.
@@ -577,7 +605,7 @@ pub mod fuzzing {
             segment_size: 1 << 16,
             base_lsn: 1,
             max_write_bytes: 1 << 16,
-            cut_lsn: 0,
+            cut_from: 0,
         }
         .encode(&mut seg);
         let (mut lsn, mut salt, mut i) = (1u64, 7u32, 0usize);

@@ -27,7 +27,12 @@ pub(super) fn open(
         e => e.into(),
     })?;
     let (method, fallback) = method_for(vfs.as_ref(), dir, &mut options)?;
-    let mut found = scan::scan(vfs.as_ref(), dir, options.max_write_bytes)?;
+    let mut found = scan::scan_needing(
+        vfs.as_ref(),
+        dir,
+        options.max_write_bytes,
+        options.needed_from,
+    )?;
     adopt_existing_geometry(&found.segments, &mut options)?;
     let set_aside = match options.recovery_mode {
         RecoveryMode::RefuseCorruption => {
@@ -47,15 +52,39 @@ pub(super) fn open(
     };
     // LSNs go on from the chain's last record, or, when the chain holds
     // none (emptied by `truncate_after`), from its first segment's base.
-    let next_lsn = found
+    // An opener that needs nothing below `needed_from` gets LSNs from
+    // there on even if no record reached it (the records between were
+    // skipped as damaged: `Scan::skipped`).
+    let after_chain = found
         .last_lsn
         .map_or_else(|| found.base_lsn.unwrap_or(1), |l| l + 1);
-    let (active, pos, segments) = recover_chain(vfs.as_ref(), &spec, &found, next_lsn)?;
+    let next_lsn = after_chain.max(options.needed_from);
+    let (active, pos, mut segments) = recover_chain(vfs.as_ref(), &spec, &found, next_lsn)?;
+    let mut restarted = Vec::new();
+    if next_lsn > after_chain && found.last_lsn.is_some() {
+        // The chain's records are all below what the opener needs: the
+        // journal starts afresh at the append position, as the next open's
+        // scan will see it (its records there resume the chain), and the
+        // older segments are free.
+        restarted = segments
+            .drain(..)
+            .filter(|s| s.seq != active.seq)
+            .map(|s| s.path)
+            .collect();
+        segments.push(SegMeta {
+            seq: active.seq,
+            path: active.path.clone(),
+            first_lsn: None,
+            last_lsn: None,
+            first_pos: pos,
+        });
+    }
     let block = options.block_size_bytes as u64;
     let tail_start = pos / block * block;
     let mut tail = vec![0u8; (pos - tail_start) as usize];
     scan::open_for_read(vfs.as_ref(), &active.path)?.read_exact_at(&mut tail, tail_start)?;
-    let (spares, free) = classify_leftovers(vfs.as_ref(), &spec, &found.segments, &active)?;
+    let (spares, mut free) = classify_leftovers(vfs.as_ref(), &spec, &found.segments, &active)?;
+    free.extend(restarted);
     zero_leftovers_after_chain(&spec, &found, &spares)?;
     finish_pending_cut(
         vfs.as_ref(),
@@ -73,6 +102,7 @@ pub(super) fn open(
         method,
         fallback,
         set_aside,
+        skipped: found.skipped.clone(),
     };
     let mut state = State::new(next_lsn, salt, active, pos, tail, segments);
     state.spares = spares;
@@ -86,6 +116,107 @@ pub(super) fn open(
     )?;
     let shared = Arc::new(Shared::new(vfs, spec, options, state, lock));
     start_threads(shared, dir, report)
+}
+
+/// Open the journal in `dir` for reading only: recovery's scan and its
+/// verdict (`options.recovery_mode`, `options.needed_from`), and nothing
+/// else — no file is created, synced, zeroed, renamed, recycled or removed,
+/// and no thread is started. `read_from` returns the recovered records;
+/// every append fails (the journal is born stopped, with an error that
+/// says it is read-only). The directory's lock is taken, as by a writer.
+pub(super) fn open_read_only(
+    vfs: Arc<dyn Vfs>,
+    dir: &Path,
+    mut options: JournalOptions,
+) -> Result<Journal, JournalError> {
+    options.validate()?;
+    if !vfs.exists(dir)? {
+        return Err(JournalError::NotAJournal(dir.to_path_buf()));
+    }
+    let lock = vfs.lock(&dir.join(LOCK_FILE)).map_err(|e| match e {
+        IoError::Locked { .. } => JournalError::Locked(dir.to_path_buf()),
+        e => e.into(),
+    })?;
+    let found = scan::scan_needing(
+        vfs.as_ref(),
+        dir,
+        options.max_write_bytes,
+        options.needed_from,
+    )?;
+    if found.segments.is_empty() {
+        return Err(JournalError::NotAJournal(dir.to_path_buf()));
+    }
+    adopt_existing_geometry(&found.segments, &mut options)?;
+    if options.recovery_mode == RecoveryMode::RefuseCorruption {
+        refuse_corruption(&found)?;
+    }
+    let method = WriteMethod::Buffered;
+    options.method = Some(method);
+    let spec = SegmentSpec {
+        dir: dir.to_path_buf(),
+        store_id: found.store_id.unwrap_or(0),
+        segment_size: options.segment_size_bytes,
+        block_size: options.block_size_bytes,
+        max_write_bytes: options.max_write_bytes,
+        torn_reach_bytes: found.tolerated_damage_bytes,
+        method,
+    };
+    let after_chain = found
+        .last_lsn
+        .map_or_else(|| found.base_lsn.unwrap_or(1), |l| l + 1);
+    let next_lsn = after_chain.max(options.needed_from);
+    let chain: Vec<&SegmentScan> = found.segments.iter().filter(|s| s.in_chain).collect();
+    let last = chain
+        .last()
+        .copied()
+        .or(found.segments.last())
+        .expect("a segment");
+    let file = vfs.open(
+        &last.path,
+        OpenOptions::new(OpenMode::Buffered).read_only(true),
+    )?;
+    let active = ReadySegment {
+        seq: last.seq,
+        path: last.path.clone(),
+        file,
+    };
+    let segments = chain
+        .iter()
+        .map(|s| SegMeta {
+            seq: s.seq,
+            path: s.path.clone(),
+            first_lsn: s.records.first().map(|r| r.lsn),
+            last_lsn: s.records.last().map(|r| r.lsn),
+            first_pos: s.records.first().map_or(spec.block_size as u64, |r| r.pos),
+        })
+        .collect();
+    let report = RecoveryReport {
+        first_lsn: found.first_lsn,
+        last_lsn: found.last_lsn,
+        stop: found.stop.clone(),
+        segments: chain.len(),
+        method,
+        fallback: None,
+        set_aside: Vec::new(),
+        skipped: found.skipped.clone(),
+    };
+    let pos = last.end_pos.max(spec.block_size as u64);
+    let block = spec.block_size as u64;
+    let mut tail = vec![0u8; (pos % block) as usize];
+    active.file.read_exact_at(&mut tail, pos / block * block)?;
+    let state = State::new(next_lsn, 0, active, pos, tail, segments);
+    let shared = Arc::new(Shared::new(vfs, spec, options, state, lock));
+    let why = std::io::Error::from_raw_os_error(rustix::io::Errno::ROFS.raw_os_error());
+    writer::stop_read_only(
+        &shared,
+        IoError::os("append to a journal opened read-only", dir, why),
+    );
+    Ok(Journal {
+        shared,
+        preparer: None,
+        flusher: None,
+        report,
+    })
 }
 
 /// The write method to use (`options.method`, or the fastest this file
@@ -168,6 +299,7 @@ fn recover_chain(
             path: seg.path.clone(),
             first_lsn: None,
             last_lsn: None,
+            first_pos: spec.block_size as u64,
         };
         return Ok((seg, spec.block_size as u64, vec![meta]));
     };
@@ -188,6 +320,7 @@ fn recover_chain(
             path: s.path.clone(),
             first_lsn: s.records.first().map(|r| r.lsn),
             last_lsn: s.records.last().map(|r| r.lsn),
+            first_pos: s.records.first().map_or(spec.block_size as u64, |r| r.pos),
         })
         .collect();
     Ok((spec.open(vfs, last.seq)?, last.end_pos, metas))

@@ -46,7 +46,9 @@ impl Records {
             expected_lsn: seg.first_lsn,
             salt: None,
         };
-        let (records, _, _) = scan::walk_segment(&bytes, seg.seq, self.block_size, &mut cursor);
+        let start = seg.first_pos as usize;
+        let (records, _, _) =
+            scan::walk_segment_from(&bytes, seg.seq, self.block_size, start, &mut cursor);
         for r in records {
             if r.lsn >= self.from && r.lsn <= self.upto {
                 let start = r.pos as usize + RECORD_HEADER_BYTES;

@@ -18,7 +18,7 @@ use super::format::{
     parse_segment_file_name, HeaderError, RecordError, RecordHeader, SegmentHeader,
     FLAG_EPOCH_START, RECORD_HEADER_BYTES, RH_SALT, RH_SEQ, SEGMENT_HEADER_BYTES,
 };
-use super::JournalError;
+use super::{JournalError, Lsn};
 use crate::io::{OpenMode, OpenOptions, Vfs, VfsFile};
 
 /// One accepted record's place.
@@ -63,8 +63,9 @@ pub struct Evidence {
 pub struct PendingCut {
     /// The segment whose header holds the mark.
     pub seq: u64,
-    /// The LSN the journal was cut after.
-    pub cut_lsn: u64,
+    /// The first LSN the cut discards (the journal was cut after the one
+    /// before it).
+    pub cut_from: u64,
 }
 
 /// Why the records of a segment end where they do.
@@ -181,6 +182,9 @@ pub struct Scan {
     /// a segment header): records it may have left past the cut prove
     /// nothing, and a writable open finishes zeroing them.
     pub pending_cut: Option<PendingCut>,
+    /// Records below the opener's needed LSN that recovery went past (see
+    /// [`scan_needing`]); empty for [`scan`].
+    pub skipped: Vec<Skipped>,
     /// The base LSN in the header of the chain's first segment: where
     /// numbering goes on when the chain holds no record.
     pub base_lsn: Option<u64>,
@@ -282,8 +286,20 @@ pub fn walk_segment(
     block_size: usize,
     cursor: &mut ChainCursor,
 ) -> (Vec<RecordInfo>, u64, StopReason) {
+    walk_segment_from(bytes, seq, block_size, block_size, cursor)
+}
+
+/// [`walk_segment`] from byte `start` (a chain that resumes past damage
+/// the opener does not need: see [`scan_needing`]).
+pub fn walk_segment_from(
+    bytes: &[u8],
+    seq: u64,
+    block_size: usize,
+    start: usize,
+    cursor: &mut ChainCursor,
+) -> (Vec<RecordInfo>, u64, StopReason) {
     let mut records = Vec::new();
-    let mut pos = block_size;
+    let mut pos = start;
     loop {
         if pos + RECORD_HEADER_BYTES > bytes.len() {
             return (records, pos as u64, StopReason::SegmentEnd);
@@ -448,6 +464,134 @@ struct HeaderFacts {
 /// Whether damage is a torn write or corruption does not depend on it: see
 /// [`Scan::valid_after_damage`].
 pub fn scan(vfs: &dyn Vfs, dir: &Path, max_write_bytes: usize) -> Result<Scan, JournalError> {
+    scan_at(vfs, dir, max_write_bytes, None)
+}
+
+/// Where a chain resumes past damage: a valid record, the first the
+/// resumed chain holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Resume {
+    seq: u64,
+    pos: u64,
+}
+
+/// Records recovery went past because the opener does not need them (see
+/// [`scan_needing`]): lost or damaged, and reported.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Skipped {
+    /// The first and last LSN skipped (inclusive). The first is 0 when it
+    /// is not known (a damaged segment header below the chain).
+    pub lsns: (Lsn, Lsn),
+    /// Where the chain stopped: segment and byte offset.
+    pub seq: u64,
+    /// Byte offset of the damage in that segment.
+    pub pos: u64,
+    /// What was found there.
+    pub reason: String,
+}
+
+/// [`scan`] for an opener that needs only the records from `needed_from`
+/// on (a store whose data file holds everything before: its checkpoint).
+/// Damage confined to records below `needed_from` does not end the
+/// journal: the chain resumes at the first valid record past the damage
+/// with an LSN up to `needed_from` (the first record past the damage that
+/// the opener may need), and the records skipped are listed in
+/// [`Scan::skipped`] — lost, but not needed. When no such record follows,
+/// every needed record is missing because none was written: the journal
+/// goes on at `needed_from`. Damage to a needed record is judged as
+/// [`scan`] judges it.
+pub fn scan_needing(
+    vfs: &dyn Vfs,
+    dir: &Path,
+    max_write_bytes: usize,
+    needed_from: Lsn,
+) -> Result<Scan, JournalError> {
+    let mut out = scan(vfs, dir, max_write_bytes)?;
+    let mut skipped = Vec::new();
+    // Each round resumes past a later record: bounded by the records.
+    loop {
+        let first_needed_missing = out.missing_lsn();
+        if let (Some(seq), true) = (
+            out.damaged_before_chain,
+            out.first_lsn
+                .or(out.base_lsn)
+                .is_some_and(|f| f <= needed_from),
+        ) {
+            skipped.push(Skipped {
+                lsns: (0, out.first_lsn.or(out.base_lsn).unwrap_or(1) - 1),
+                seq,
+                pos: 0,
+                reason: "segment header damaged below the start of the chain".into(),
+            });
+            out.damaged_before_chain = None;
+        }
+        let (Some(n), Some((seq, pos, reason))) = (first_needed_missing, out.stop.clone()) else {
+            break;
+        };
+        if n >= needed_from {
+            break;
+        }
+        let resume = find_resume(vfs, &out, (seq, pos), n, needed_from)?;
+        let last = resume.map_or(needed_from, |(_, lsn)| lsn) - 1;
+        skipped.push(Skipped {
+            lsns: (n, last),
+            seq,
+            pos,
+            reason: reason.to_string(),
+        });
+        let Some((at, _)) = resume else {
+            // No record the opener may need lies past the damage: unless a
+            // record says a needed one was durable (then it was destroyed
+            // too, and that is refused), the journal goes on at
+            // `needed_from`.
+            out.valid_after_damage = out
+                .valid_after_damage
+                .filter(|e| e.durable_lsn >= needed_from);
+            break;
+        };
+        out = scan_at(vfs, dir, max_write_bytes, Some(at))?;
+    }
+    out.skipped = skipped;
+    Ok(out)
+}
+
+/// The first valid record after `(seq, pos)` in file order whose LSN lies
+/// in `(missing, needed_from]`: where a chain can resume.
+fn find_resume(
+    vfs: &dyn Vfs,
+    found: &Scan,
+    (seq, pos): (u64, u64),
+    missing: Lsn,
+    needed_from: Lsn,
+) -> Result<Option<(Resume, Lsn)>, JournalError> {
+    for seg in found.segments.iter().filter(|s| s.seq >= seq) {
+        let bytes = read_segment(vfs, &seg.path)?;
+        let from = if seg.seq == seq {
+            pos as usize + 1
+        } else {
+            SEGMENT_HEADER_BYTES
+        };
+        let hit =
+            valid_records(&bytes, seg.seq, from).find(|e| e.lsn > missing && e.lsn <= needed_from);
+        if let Some(e) = hit {
+            let at = Resume {
+                seq: e.seq,
+                pos: e.pos,
+            };
+            return Ok(Some((at, e.lsn)));
+        }
+    }
+    Ok(None)
+}
+
+/// [`scan`], with the chain resuming at `resume` if given (segments below
+/// it are outside the chain, their damage not counted against it).
+fn scan_at(
+    vfs: &dyn Vfs,
+    dir: &Path,
+    max_write_bytes: usize,
+    resume: Option<Resume>,
+) -> Result<Scan, JournalError> {
     let files = list_segments(vfs, dir)?;
     let facts = header_facts(vfs, &files, max_write_bytes)?;
     let tolerated_damage_bytes = super::tolerated_damage_bytes(facts.largest_write_bytes);
@@ -475,7 +619,15 @@ pub fn scan(vfs: &dyn Vfs, dir: &Path, max_write_bytes: usize) -> Result<Scan, J
         };
         // Where records outside the chain may lie in this file.
         let mut outside_from = SEGMENT_HEADER_BYTES as u64;
+        let below_resume = resume.is_some_and(|r| seq < r.seq);
+        let start = match resume {
+            Some(r) if r.seq == seq => r.pos as usize,
+            _ => 0,
+        };
         match header {
+            // Below where the chain resumes: records the opener does not
+            // need.
+            _ if below_resume => {}
             // A segment being prepared or recycled: not part of the chain,
             // and it ends the chain if the chain was waiting for it.
             Err(_) if chain.started => chain.open = false,
@@ -493,7 +645,7 @@ pub fn scan(vfs: &dyn Vfs, dir: &Path, max_write_bytes: usize) -> Result<Scan, J
                     chain.open = false;
                 }
                 if chain.open {
-                    extend_chain(&mut out, &mut chain, &mut seg, &bytes, h);
+                    extend_chain(&mut out, &mut chain, &mut seg, &bytes, (h, start));
                     if seg.in_chain {
                         outside_from = seg.end_pos;
                     }
@@ -548,16 +700,16 @@ fn header_facts(
         }
         if let Ok(h) = header {
             facts.largest_write_bytes = facts.largest_write_bytes.max(h.max_write_bytes as usize);
-            if h.cut_lsn != 0 && h.seq == *seq {
+            if h.cut_from != 0 && h.seq == *seq {
                 // One truncation runs at a time, and each clears its mark
                 // before the journal goes on: at most one is pending. Were
                 // there two, the lower cut voids more.
                 let cut = PendingCut {
                     seq: *seq,
-                    cut_lsn: h.cut_lsn,
+                    cut_from: h.cut_from,
                 };
                 facts.pending_cut = Some(match facts.pending_cut {
-                    Some(p) if p.cut_lsn <= cut.cut_lsn => p,
+                    Some(p) if p.cut_from <= cut.cut_from => p,
                     _ => cut,
                 });
             }
@@ -584,7 +736,18 @@ impl Scan {
             set_aside,
             leftover_after_chain: None,
             pending_cut: None,
+            skipped: Vec::new(),
         }
+    }
+
+    /// The first LSN the chain lacks: after its last record, or where an
+    /// empty chain's numbering goes on (None when no chain started).
+    pub fn missing_lsn(&self) -> Option<Lsn> {
+        let started = self.segments.iter().any(|s| s.in_chain);
+        started.then(|| {
+            self.last_lsn
+                .map_or_else(|| self.base_lsn.unwrap_or(1), |l| l + 1)
+        })
     }
 }
 
@@ -614,7 +777,7 @@ impl Claims {
     /// Look at every valid record of segment `seq` in `bytes[from..]`.
     fn look(&mut self, bytes: &[u8], seq: u64, from: u64, cut: Option<PendingCut>) {
         for e in valid_records(bytes, seq, from as usize) {
-            let void = cut.is_some_and(|c| seq >= c.seq && e.lsn > c.cut_lsn);
+            let void = cut.is_some_and(|c| seq >= c.seq && e.lsn >= c.cut_from);
             if !void && self.best.is_none_or(|b| e.durable_lsn > b.durable_lsn) {
                 self.best = Some(e);
             }
@@ -691,12 +854,13 @@ fn extend_chain(
     chain: &mut ChainWalk,
     seg: &mut SegmentScan,
     bytes: &[u8],
-    h: SegmentHeader,
+    (h, start): (SegmentHeader, usize),
 ) {
     let seq = seg.seq;
     let before = chain.cursor;
+    let block = h.block_size as usize;
     let (records, end, mut stop) =
-        walk_segment(bytes, seq, h.block_size as usize, &mut chain.cursor);
+        walk_segment_from(bytes, seq, block, start.max(block), &mut chain.cursor);
     if stop == StopReason::SegmentEnd && bytes.len() as u64 != h.segment_size {
         // Segment files never change length once their header is written:
         // this one was cut short (or extended) behind the journal's back.

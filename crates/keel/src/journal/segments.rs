@@ -54,7 +54,7 @@ impl SegmentSpec {
         file: &dyn VfsFile,
         seq: u64,
         base_lsn: u64,
-        cut_lsn: u64,
+        cut_from: u64,
     ) -> Result<(), JournalError> {
         let mut block = AlignedBuf::new(self.block_size, self.block_size);
         SegmentHeader {
@@ -64,7 +64,7 @@ impl SegmentSpec {
             segment_size: self.segment_size,
             base_lsn,
             max_write_bytes: u32::try_from(self.max_write_bytes).unwrap_or(u32::MAX),
-            cut_lsn,
+            cut_from,
         }
         .encode(&mut block);
         self.method.write_durably(file, &block, 0)?;

@@ -81,7 +81,9 @@ fn truncate_quiet(shared: &Shared, st: &mut State, lsn: Lsn) -> Result<(), Journ
         SegmentHeader::decode(&bytes).map_or(lsn + 1, |h| h.base_lsn)
     };
     let file = shared.spec.open(shared.vfs.as_ref(), seq)?.file;
-    shared.spec.write_header(file.as_ref(), seq, base, lsn)?;
+    shared
+        .spec
+        .write_header(file.as_ref(), seq, base, lsn + 1)?;
     // Zero from the cut to the end of what was written, in this segment and
     // every later one — backwards, from the last block written to the cut.
     // A crash part-way then leaves an intact prefix of the old chain followed
@@ -122,10 +124,11 @@ fn find_cut(shared: &Shared, st: &State, lsn: Lsn) -> Result<(usize, u64, Vec<u8
         expected_lsn: st.segments[idx].first_lsn,
         salt: None,
     };
-    let (records, _, _) = scan::walk_segment(
+    let (records, _, _) = scan::walk_segment_from(
         &bytes,
         st.segments[idx].seq,
         shared.spec.block_size,
+        st.segments[idx].first_pos as usize,
         &mut cursor,
     );
     let cut = records

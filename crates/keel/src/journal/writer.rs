@@ -77,6 +77,9 @@ pub(super) struct SegMeta {
     pub path: PathBuf,
     pub first_lsn: Option<Lsn>,
     pub last_lsn: Option<Lsn>,
+    /// Where its first record lies: the first block, unless the chain
+    /// resumed past damage in it (`scan::scan_needing`).
+    pub first_pos: u64,
 }
 
 /// The open batch: committers reserve ranges of `buf` concurrently.
@@ -521,6 +524,14 @@ impl CommitHandle {
     }
 }
 
+/// Stop a journal opened read-only before anything is appended: every
+/// append gets `why`.
+pub(super) fn stop_read_only(shared: &Shared, why: IoError) {
+    let mut st = shared.lock();
+    st.poisoned = Some(Arc::new(why));
+    shared.poisoned.store(true, Ordering::Release);
+}
+
 /// Queue `payload` as the next record.
 pub(super) fn submit(shared: &Arc<Shared>, parts: &[&[u8]]) -> Result<CommitHandle, JournalError> {
     let max = shared.options.max_record_bytes();
@@ -806,6 +817,7 @@ fn roll_over<'a>(
         path: next.path.clone(),
         first_lsn: None,
         last_lsn: None,
+        first_pos: shared.spec.block_size as u64,
     });
     st.active = next;
     st.pos = shared.spec.block_size as u64;
