@@ -632,12 +632,12 @@ impl Shared {
                 let next = AtomicUsize::new(0);
                 let members = Mutex::new(&mut g.members);
                 let legs = Legs::new();
+                let wrote = Mutex::new(None);
                 let posted = helper.try_fork(&|| loop {
                     let task = next.fetch_add(1, Ordering::Relaxed);
                     let started = Instant::now();
                     match task {
-                        // The outcome is `wait`ed for again in `settle`.
-                        0 => drop(h.wait_durable()),
+                        0 => *lock(&wrote) = Some(h.wait_durable()),
                         1 => self.apply_members(w, &mut lock(&members)),
                         _ => return,
                     }
@@ -645,6 +645,14 @@ impl Shared {
                 });
                 if posted {
                     legs.count(&self.counters.overlap);
+                    // The write's failure is known before `commit`
+                    // returns: an `Eventual` commit must not answer `Ok`
+                    // (an `Immediate` one would learn it in `settle`).
+                    if let Some(Err(e)) = wrote.into_inner().unwrap_or_else(|e| e.into_inner()) {
+                        let lsn = g.last_lsn;
+                        g.failure =
+                            Some(self.set_poison(&format!("writing lsn {lsn} failed: {e}")));
+                    }
                     return;
                 }
             }

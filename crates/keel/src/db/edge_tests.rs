@@ -76,3 +76,38 @@ fn empty_and_reversed_ranges_yield_nothing() {
     w.commit().unwrap();
     db.close().unwrap();
 }
+
+/// A lone large blind `Eventual` commit has its record written by the
+/// committing thread itself (beside the helper's insert): when that write
+/// fails, `commit` knows it before it returns, and says so
+/// (`CommitFailed`) instead of `Ok`. The store stops; reopening recovers
+/// every acknowledged commit and not the failed one.
+#[test]
+fn a_lone_large_eventual_commit_whose_own_write_failed_is_an_error() {
+    let vfs = SimVfs::new(43);
+    let dir = Path::new("/s");
+    let db = builder(&vfs).create(dir).unwrap();
+    let large = |db: &Database, c: u32| {
+        let mut w = db.begin_write().unwrap();
+        w.set_durability(Durability::Eventual);
+        let mut t = w.open_table("t").unwrap();
+        for k in 0..100u32 {
+            t.insert(format!("{c}/{k:03}"), [7u8; 100]).unwrap();
+        }
+        w.commit()
+    };
+    large(&db, 0).unwrap();
+    assert_eq!(db.stats().overlapped_commits, 1, "written by its committer");
+    vfs.fail_after(crate::io::OpKind::Write, 0, libc::EIO);
+    let r = large(&db, 1);
+    assert_eq!(db.stats().overlapped_commits, 2, "written by its committer");
+    assert!(matches!(r, Err(DbError::CommitFailed(_))), "{r:?}");
+    assert!(matches!(db.begin_write(), Err(DbError::Poisoned(_))));
+    assert!(db.close().is_err(), "close reports the failure");
+    vfs.crash(crate::io::CrashMode::PowerLoss);
+    let db = builder(&vfs).open(dir).unwrap();
+    let r = db.begin_read();
+    let t = r.open_table("t").unwrap();
+    assert_eq!(t.prefix("0/").count(), 100);
+    assert_eq!(t.prefix("1/").count(), 0);
+}
