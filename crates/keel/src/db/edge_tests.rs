@@ -1,9 +1,13 @@
 //! Tests of the store's edges: key ranges that name no key, a failure the
-//! committer knows of before `commit` returns.
+//! committer knows of before `commit` returns, a thread that would wait
+//! for the writer slot it holds itself.
 
 use std::ops::Bound::{self, Excluded, Included, Unbounded};
 use std::path::Path;
 use std::sync::atomic::Ordering::Relaxed;
+use std::sync::mpsc::{self, RecvTimeoutError};
+use std::sync::Arc;
+use std::time::Duration;
 
 use super::tests::builder;
 use super::*;
@@ -110,4 +114,138 @@ fn a_lone_large_eventual_commit_whose_own_write_failed_is_an_error() {
     let t = r.open_table("t").unwrap();
     assert_eq!(t.prefix("0/").count(), 100);
     assert_eq!(t.prefix("1/").count(), 0);
+}
+
+/// Run `body` on a thread of its own and return what it returns; fail,
+/// instead of hanging the test, if it has not returned within a minute.
+fn within_a_minute<T: Send + 'static>(body: impl FnOnce() -> T + Send + 'static) -> T {
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(body());
+    });
+    match rx.recv_timeout(Duration::from_secs(60)) {
+        Ok(t) => t,
+        Err(RecvTimeoutError::Timeout) => panic!("hung: it waits for itself"),
+        Err(RecvTimeoutError::Disconnected) => panic!("the body panicked"),
+    }
+}
+
+fn would_deadlock<T: std::fmt::Debug>(r: Result<T>) {
+    assert!(matches!(r, Err(DbError::WouldDeadlock(_))), "{r:?}");
+}
+
+/// A write transaction that has read holds the writer slot until it ends:
+/// on its thread, whatever would wait for the slot — a second write
+/// transaction's read or commit (blind or not), `checkpoint` — fails with
+/// `WouldDeadlock` instead of waiting forever, and changes nothing; the
+/// first transaction then commits, and the store goes on.
+#[test]
+fn a_thread_holding_the_writer_slot_gets_would_deadlock_not_a_hang() {
+    within_a_minute(|| {
+        let vfs = SimVfs::new(47);
+        let db = builder(&vfs).create(Path::new("/s")).unwrap();
+        let mut w = db.begin_write().unwrap();
+        w.open_table("t").unwrap().insert("a", "1").unwrap();
+        w.commit().unwrap();
+
+        let mut first = db.begin_write().unwrap();
+        assert!(first.open_table("t").unwrap().get("a").unwrap().is_some());
+        // A blind second transaction, committed: it would queue for the
+        // slot.
+        let mut second = db.begin_write().unwrap();
+        second.open_table("t").unwrap().insert("b", "2").unwrap();
+        would_deadlock(second.commit());
+        // One that reads, or commits nothing (an `Immediate` commit of
+        // nothing still takes the slot).
+        let mut third = db.begin_write().unwrap();
+        would_deadlock(third.open_table("t").unwrap().get("a"));
+        would_deadlock(third.list_tables());
+        would_deadlock(db.begin_write().unwrap().commit());
+        would_deadlock(db.checkpoint());
+        drop(third);
+        first.open_table("t").unwrap().insert("c", "3").unwrap();
+        first.commit().unwrap();
+
+        let mut w = db.begin_write().unwrap();
+        w.open_table("t").unwrap().insert("d", "4").unwrap();
+        w.commit().unwrap();
+        db.checkpoint().unwrap();
+        let r = db.begin_read();
+        let keys: Vec<Vec<u8>> = r
+            .open_table("t")
+            .unwrap()
+            .iter()
+            .map(|kv| kv.unwrap().key().to_vec())
+            .collect();
+        assert_eq!(keys, [b"a", b"c", b"d"]);
+        drop(r);
+        db.close().unwrap();
+    });
+}
+
+/// `close`, and `begin_write` when it would run a checkpoint
+/// (backpressure), on a thread holding the writer slot: `WouldDeadlock`.
+/// After the failed `close` the transaction still commits, and a reopen
+/// finds it.
+#[test]
+fn close_and_backpressure_on_the_slot_holders_thread_get_would_deadlock() {
+    within_a_minute(|| {
+        let vfs = SimVfs::new(53);
+        let dir = Path::new("/s");
+        let db = builder(&vfs)
+            .backpressure_journal_bytes(1)
+            .create(dir)
+            .unwrap();
+        let mut first = db.begin_write().unwrap();
+        let mut other = db.begin_write().unwrap();
+        other.open_table("t").unwrap().insert("a", "1").unwrap();
+        other.commit().unwrap();
+        assert!(first.open_table("t").unwrap().get("a").unwrap().is_some());
+        // Past the backpressure budget: `begin_write` would checkpoint.
+        would_deadlock(db.begin_write());
+        would_deadlock(db.close());
+        first.open_table("t").unwrap().insert("b", "2").unwrap();
+        first.commit().unwrap();
+        vfs.crash(crate::io::CrashMode::PowerLoss);
+        let db = builder(&vfs).open(dir).unwrap();
+        let r = db.begin_read();
+        let t = r.open_table("t").unwrap();
+        assert_eq!(t.iter().count(), 2);
+    });
+}
+
+/// A write transaction holding the slot, moved to another thread and used
+/// there: that thread is the holder now (its `checkpoint` fails with
+/// `WouldDeadlock`), and the first thread's writer waits for the slot as
+/// any other thread's would.
+#[test]
+fn the_slot_holder_follows_a_transaction_moved_to_another_thread() {
+    within_a_minute(|| {
+        let vfs = SimVfs::new(59);
+        let db = Arc::new(builder(&vfs).create(Path::new("/s")).unwrap());
+        let mut first = db.begin_write().unwrap();
+        first.open_table("t").unwrap().insert("a", "1").unwrap();
+        assert!(first.open_table("t").unwrap().get("a").unwrap().is_some());
+        let (used, go) = (mpsc::channel(), mpsc::channel::<()>());
+        let moved = {
+            let db = Arc::clone(&db);
+            std::thread::spawn(move || {
+                assert!(first.open_table("t").unwrap().get("a").unwrap().is_some());
+                would_deadlock(db.checkpoint());
+                used.0.send(()).unwrap();
+                go.1.recv().unwrap();
+                std::thread::sleep(Duration::from_millis(50));
+                first.commit().unwrap();
+            })
+        };
+        used.1.recv().unwrap();
+        go.0.send(()).unwrap();
+        // Waits until the other thread commits.
+        let mut second = db.begin_write().unwrap();
+        let got = second.open_table("t").unwrap().get("a").unwrap();
+        assert_eq!(got.as_deref(), Some(&b"1"[..]));
+        second.commit().unwrap();
+        moved.join().unwrap();
+        db.checkpoint().unwrap();
+    });
 }
