@@ -249,3 +249,35 @@ fn the_slot_holder_follows_a_transaction_moved_to_another_thread() {
         db.checkpoint().unwrap();
     });
 }
+
+/// `close` refused on the slot holder's thread drops the `Database` there,
+/// while its background checkpointer waits for that slot: the drop does
+/// not wait for the checkpointer (it would wait forever), which finishes
+/// once the transaction ends.
+#[test]
+fn a_store_dropped_on_the_slot_holders_thread_does_not_wait_for_its_checkpointer() {
+    within_a_minute(|| {
+        let vfs = SimVfs::new(61);
+        let dir = Path::new("/s");
+        let db = builder(&vfs)
+            .background_checkpoints(true)
+            .checkpoint_journal_bytes(1)
+            .create(dir)
+            .unwrap();
+        let mut first = db.begin_write().unwrap();
+        let mut other = db.begin_write().unwrap();
+        other.open_table("t").unwrap().insert("a", "1").unwrap();
+        // Asks the background checkpointer for a checkpoint.
+        other.commit().unwrap();
+        assert!(first.open_table("t").unwrap().get("a").unwrap().is_some());
+        // Time for the checkpointer to come to wait for the slot.
+        std::thread::sleep(Duration::from_millis(200));
+        would_deadlock(db.close());
+        first.open_table("t").unwrap().insert("b", "2").unwrap();
+        first.commit().unwrap();
+        vfs.crash(crate::io::CrashMode::PowerLoss);
+        let db = builder(&vfs).open(dir).unwrap();
+        let r = db.begin_read();
+        assert_eq!(r.open_table("t").unwrap().iter().count(), 2);
+    });
+}
