@@ -1,6 +1,7 @@
 //! Tests of the store's edges: key ranges that name no key, a failure the
 //! committer knows of before `commit` returns, a thread that would wait
-//! for the writer slot it holds itself.
+//! for the writer slot it holds itself, a meta page whose count of free
+//! pages is not its free list's.
 
 use std::ops::Bound::{self, Excluded, Included, Unbounded};
 use std::path::Path;
@@ -280,4 +281,45 @@ fn a_store_dropped_on_the_slot_holders_thread_does_not_wait_for_its_checkpointer
         let r = db.begin_read();
         assert_eq!(r.open_table("t").unwrap().iter().count(), 2);
     });
+}
+
+/// Opening checks that the free list holds exactly the meta page's
+/// `free_pages` entries (format.md, "Free-list page"): a meta page
+/// rewritten with one more or one fewer, its checksum valid, makes the
+/// open fail with `Corrupt`; the same meta page written back unchanged
+/// opens.
+#[test]
+fn a_free_count_that_is_not_the_free_lists_is_refused_at_open() {
+    use super::meta::META_BYTES;
+    let vfs = SimVfs::new(67);
+    let dir = Path::new("/s");
+    let db = builder(&vfs).create(dir).unwrap();
+    for round in 0..2u8 {
+        let mut w = db.begin_write().unwrap();
+        let mut t = w.open_table("t").unwrap();
+        for k in 0..200u32 {
+            t.insert(k.to_be_bytes(), [round; 300]).unwrap();
+        }
+        w.commit().unwrap();
+        db.checkpoint().unwrap();
+    }
+    let meta = db.shared.meta();
+    let page_bytes = db.shared.page_size.bytes() as u64;
+    drop(db);
+    assert!(meta.free_pages > 0, "{meta:?}");
+    let data = dir.join("data.keel");
+    let write_meta = |free_pages: u64| {
+        let mut b = vec![0u8; META_BYTES];
+        super::meta::Meta { free_pages, ..meta }.encode(&mut b);
+        vfs.corrupt(&data, meta.slot() * page_bytes, &b).unwrap();
+    };
+    for free_pages in [meta.free_pages + 1, meta.free_pages - 1] {
+        write_meta(free_pages);
+        let err = builder(&vfs).open(dir).unwrap_err();
+        assert!(matches!(err, DbError::Corrupt { .. }), "{err}");
+        assert!(err.to_string().contains("free list: "), "{err}");
+    }
+    write_meta(meta.free_pages);
+    let db = builder(&vfs).open(dir).unwrap();
+    db.check().unwrap();
 }
