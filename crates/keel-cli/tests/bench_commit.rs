@@ -543,6 +543,40 @@ fn strace_every_commit_is_a_durable_write() {
     assert!(other.iter().all(|&n| n == 1 << 20), "{other:?}");
 }
 
+/// Whether `got`, a ratio printed to 0.001, is `num / den`, both printed
+/// rounded to whole numbers. The figures before rounding lay within 0.5
+/// of them, so their ratio within `(num − 0.5) / (den + 0.5)` to
+/// `(num + 0.5) / (den − 0.5)`: a relative error of up to `0.5 / num +
+/// 0.5 / den`, which an absolute bound cannot hold at every magnitude
+/// (12504 / 350: ±0.05). `got` lies within 0.0005 more. No other slack:
+/// the bench prints the figures and the ratio from the same medians, and
+/// a looser bound would let a ratio of another reference pass.
+fn ratio_of_rounded(got: f64, num: f64, den: f64) -> bool {
+    assert!(den > 0.5, "a median of {den}");
+    let lo = (num - 0.5).max(0.0) / (den + 0.5);
+    let hi = (num + 0.5) / (den - 0.5);
+    let slack = 0.0005 + hi * 1e-9;
+    (lo - slack..=hi + slack).contains(&got)
+}
+
+/// The check of a printed ratio against its printed figures allows their
+/// rounding, at any magnitude (a slow machine's small rates too), and
+/// still catches a ratio inverted, off by 1%, or of another reference.
+#[test]
+fn ratios_of_rounded_figures_are_checked_relatively() {
+    // A reference run at ~350/s: 12504.4 / 350.4 printed as 12504 and 350.
+    assert!(ratio_of_rounded(35.686, 12504.0, 350.0));
+    assert!(ratio_of_rounded(0.903, 8393.0, 9297.0));
+    assert!(!ratio_of_rounded(0.028, 12504.0, 350.0), "inverted");
+    assert!(!ratio_of_rounded(1.107, 8393.0, 9297.0), "inverted");
+    assert!(!ratio_of_rounded(35.686 * 1.01, 12504.0, 350.0), "1% off");
+    // w3's store over the journal's 9,529 where the raw floor's was asked.
+    assert!(
+        !ratio_of_rounded(0.881, 8393.0, 9297.0),
+        "another reference"
+    );
+}
+
 /// `keel bench store --noise` (one round): the second runs are the
 /// journal's beside w3 and w1, and those rows give the journal against
 /// itself — the second run's median over the first's, the two runs kept
@@ -565,10 +599,10 @@ fn check_noise(runs: &[serde_json::Value], rows: &[serde_json::Value]) {
         assert_eq!(noise["per_s"].as_array().unwrap().len(), 1, "{row}");
         let first = row["references"]["journal"]["per_s"].as_array().unwrap();
         assert_eq!(first.len(), 1, "{row}");
-        let expected = noise["median"].as_f64().unwrap()
-            / row["references"]["journal"]["median"].as_f64().unwrap();
+        let again = noise["median"].as_f64().unwrap();
+        let journal = row["references"]["journal"]["median"].as_f64().unwrap();
         let got = noise["ratio"].as_f64().unwrap();
-        assert!((got - expected).abs() < 0.01, "{row}");
+        assert!(ratio_of_rounded(got, again, journal), "{row}");
     }
     assert!(rows[2]["noise"].is_null(), "{}", rows[2]);
 }
@@ -621,11 +655,12 @@ fn bench_store_quick_reports_targets() {
     assert_eq!(w3["overlap"]["commits"].as_u64().unwrap(), 0, "{w3}");
     for reference in ["raw", "journal"] {
         let r = &w3["references"][reference];
-        let expected = w3["store_median"].as_f64().unwrap() / r["median"].as_f64().unwrap();
+        let store = w3["store_median"].as_f64().unwrap();
+        let median = r["median"].as_f64().unwrap();
         let got = r["store_ratio"].as_f64().unwrap();
         assert!(
-            (got - expected).abs() < 0.01,
-            "{reference}: {got} vs {expected}"
+            ratio_of_rounded(got, store, median),
+            "{reference}: {got} vs {store} / {median}"
         );
     }
     check_noise(runs, rows);

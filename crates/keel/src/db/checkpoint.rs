@@ -198,6 +198,7 @@ impl Shared {
         if self.bytes_since_checkpoint.load(Ordering::Relaxed) >= o.backpressure_journal_bytes
             || self.dirty_bytes.load(Ordering::Relaxed) >= o.backpressure_dirty_bytes
         {
+            self.refuse_if_holder("begin_write past the backpressure budgets (it checkpoints)")?;
             self.checkpoint()?;
         }
         Ok(())

@@ -64,6 +64,12 @@ pub(crate) fn bells() -> Arc<[Bell]> {
 #[derive(Debug, Default)]
 pub(crate) struct Slot {
     pub state: Option<WriterState>,
+    /// The thread that took the state with [`Shared::take_writer`] (a
+    /// write transaction's, when it reads), until it is given back: that
+    /// thread waiting for the slot would wait forever
+    /// ([`DbError::WouldDeadlock`]; `super::holder`). `None` while a
+    /// group's leader holds it: no caller's code runs then.
+    pub holder: Option<std::thread::ThreadId>,
     queue: Vec<Queued>,
     /// Transactions (or checkpoints) waiting in `take_writer`.
     waiting: usize,
@@ -269,11 +275,17 @@ impl Shared {
                 return Err(e);
             }
             if let Some(state) = w.state.take() {
+                w.hold_here();
                 drop(w);
                 // The slot's holder reads and changes the memtable: every
                 // run goes in first.
                 self.drain_applies();
                 return Ok(state);
+            }
+            if w.held_here() {
+                return Err(DbError::WouldDeadlock(
+                    "a write transaction's read or commit",
+                ));
             }
             w.waiting += 1;
             w = self.writer_cv.wait(w).unwrap_or_else(|e| e.into_inner());
@@ -286,6 +298,7 @@ impl Shared {
     pub(crate) fn put_writer(&self, state: WriterState) {
         let mut w = lock(&self.writer);
         w.state = Some(state);
+        w.holder = None;
         self.dispatch(w);
     }
 
@@ -347,6 +360,11 @@ impl Shared {
             drop(w);
             self.lead(state, group);
         } else {
+            if w.state.is_none() && w.held_here() {
+                return Err(DbError::WouldDeadlock(
+                    "committing a second write transaction",
+                ));
+            }
             w.queue.push(me);
             drop(w);
         }
@@ -417,6 +435,7 @@ impl Shared {
                 continue;
             }
             slot.state = Some(w);
+            slot.holder = None;
             self.dispatch(slot);
             if let Err(p) = panic::catch_unwind(AssertUnwindSafe(|| self.settle(g, true))) {
                 let why = self.panicked("a commit", p.as_ref());
@@ -632,12 +651,12 @@ impl Shared {
                 let next = AtomicUsize::new(0);
                 let members = Mutex::new(&mut g.members);
                 let legs = Legs::new();
+                let wrote = Mutex::new(None);
                 let posted = helper.try_fork(&|| loop {
                     let task = next.fetch_add(1, Ordering::Relaxed);
                     let started = Instant::now();
                     match task {
-                        // The outcome is `wait`ed for again in `settle`.
-                        0 => drop(h.wait_durable()),
+                        0 => *lock(&wrote) = Some(h.wait_durable()),
                         1 => self.apply_members(w, &mut lock(&members)),
                         _ => return,
                     }
@@ -645,6 +664,14 @@ impl Shared {
                 });
                 if posted {
                     legs.count(&self.counters.overlap);
+                    // The write's failure is known before `commit`
+                    // returns: an `Eventual` commit must not answer `Ok`
+                    // (an `Immediate` one would learn it in `settle`).
+                    if let Some(Err(e)) = wrote.into_inner().unwrap_or_else(|e| e.into_inner()) {
+                        let lsn = g.last_lsn;
+                        g.failure =
+                            Some(self.set_poison(&format!("writing lsn {lsn} failed: {e}")));
+                    }
                     return;
                 }
             }

@@ -118,6 +118,15 @@ pub enum DbError {
         /// The store's `reader_pinned_bytes`.
         limit: u64,
     },
+    /// The calling thread holds the store's writer slot — one of its own
+    /// write transactions has read, and has not ended — and the call would
+    /// wait for that slot: it would wait forever. Nothing was done.
+    #[error(
+        "{0} would wait forever: this thread holds the store's writer slot (one of its write \
+         transactions has read and is still open); commit or drop that transaction first, or \
+         call this from another thread"
+    )]
+    WouldDeadlock(&'static str),
     /// Options that cannot work.
     #[error("invalid store options: {0}")]
     BadOptions(String),

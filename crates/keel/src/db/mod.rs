@@ -35,6 +35,7 @@ mod freelist;
 #[doc(hidden)]
 pub mod fuzzing;
 mod helper;
+mod holder;
 mod inspect;
 mod kept;
 mod layers;
@@ -493,8 +494,9 @@ impl Database {
     /// Begin a write transaction. Does not wait for another one: the
     /// transaction takes the writer slot at its first read, or at
     /// `commit` (see [`WriteTxn`]). Runs a checkpoint first when the
-    /// store is past its backpressure budgets. Readers are never blocked
-    /// by writers.
+    /// store is past its backpressure budgets (on a thread whose own
+    /// write transaction holds the writer slot, that fails with
+    /// [`DbError::WouldDeadlock`]). Readers are never blocked by writers.
     pub fn begin_write(&self) -> Result<WriteTxn> {
         self.refuse_read_only()?;
         self.shared.backpressure()?;
@@ -510,9 +512,12 @@ impl Database {
 
     /// Checkpoint now: write every durable change to the data file and let
     /// the journal recycle what it covers. Returns the LSN covered, or
-    /// `None` when nothing was new.
+    /// `None` when nothing was new. On a thread whose own write
+    /// transaction holds the writer slot (it has read):
+    /// [`DbError::WouldDeadlock`].
     pub fn checkpoint(&self) -> Result<Option<Lsn>> {
         self.refuse_read_only()?;
+        self.shared.refuse_if_holder("checkpoint")?;
         self.shared.checkpoint()
     }
 
@@ -608,8 +613,10 @@ impl Database {
     /// Close the store: wait for commits not yet durable, checkpoint
     /// everything (so the next open replays nothing), and report any error
     /// (dropping a `Database` cannot). Read transactions still open keep
-    /// their snapshots readable.
+    /// their snapshots readable. On a thread whose own write transaction
+    /// holds the writer slot (it has read): [`DbError::WouldDeadlock`].
     pub fn close(mut self) -> Result<()> {
+        self.shared.refuse_if_holder("close")?;
         self.stop_checkpointer();
         if self.shared.read_only {
             return Ok(());
@@ -626,6 +633,13 @@ impl Database {
 
     fn stop_checkpointer(&mut self) {
         self.shared.stop_checkpointer();
+        // A checkpoint under way may wait for the writer slot this thread
+        // holds: joining it would wait forever. It stops by itself once
+        // the slot is given back.
+        if self.shared.writer_held_here() {
+            self.checkpointer = None;
+            return;
+        }
         if let Some(h) = self.checkpointer.take() {
             let _ = h.join();
         }
@@ -669,6 +683,8 @@ pub struct Limits {
     pub max_transaction_bytes: usize,
 }
 
+#[cfg(test)]
+mod edge_tests;
 #[cfg(test)]
 mod run_tests;
 #[cfg(test)]

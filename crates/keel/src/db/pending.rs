@@ -440,6 +440,29 @@ mod tests {
                         .collect();
                     assert_eq!(got, want, "{s:?}..{e:?}");
                 }
+                // Reversed, or empty at one key: nothing, and no panic.
+                if lo != hi {
+                    assert_eq!(
+                        run.range(Bound::Included(&hi[..]), Bound::Excluded(&lo[..]))
+                            .count(),
+                        0
+                    );
+                    assert_eq!(
+                        run.range(Bound::Excluded(&hi[..]), Bound::Included(&lo[..]))
+                            .count(),
+                        0
+                    );
+                }
+                assert_eq!(
+                    run.range(Bound::Excluded(&lo[..]), Bound::Excluded(&lo[..]))
+                        .count(),
+                    0
+                );
+                assert_eq!(
+                    run.range(Bound::Included(&lo[..]), Bound::Excluded(&lo[..]))
+                        .count(),
+                    0
+                );
             }
         }
     }

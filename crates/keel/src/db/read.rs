@@ -175,6 +175,19 @@ pub(super) fn prefix_bounds(id: u32, prefix: &[u8]) -> (Bound<Vec<u8>>, Bound<Ve
     (start, table_end(id))
 }
 
+/// Whether no key lies between `start` and `end`: the start above the
+/// end, or both at one key and either excluded. (A key range is the
+/// caller's: `a..b` with `a > b` is no error, only empty.)
+pub(super) fn names_no_key(start: Bound<&[u8]>, end: Bound<&[u8]>) -> bool {
+    match (start, end) {
+        (Bound::Included(s), Bound::Included(e)) => s > e,
+        (Bound::Included(s) | Bound::Excluded(s), Bound::Included(e) | Bound::Excluded(e)) => {
+            s >= e
+        }
+        _ => false,
+    }
+}
+
 pub(super) fn as_ref(b: &Bound<Vec<u8>>) -> Bound<&[u8]> {
     match b {
         Bound::Included(k) => Bound::Included(k),
@@ -289,6 +302,11 @@ impl<'a> Iter<'a> {
         overlay: Option<&'a Overlay>,
         runs: &'a [Arc<Run>],
     ) -> Iter<'a> {
+        // `BTreeMap::range` (the overlay's) panics on such bounds; the
+        // other layers would find nothing.
+        if names_no_key(as_ref(s), as_ref(e)) {
+            return Iter::empty(src);
+        }
         let mut upper: Vec<LayerScan<'a>> = Vec::with_capacity(3 + runs.len());
         if let Some(o) = overlay {
             upper.push(Box::new(
@@ -340,10 +358,18 @@ impl<'a> Iter<'a> {
 
     pub(super) fn failed(src: &'a PageCache, e: DbError) -> Iter<'a> {
         Iter {
+            error: Some(e),
+            ..Iter::empty(src)
+        }
+    }
+
+    /// A scan that yields nothing.
+    fn empty(src: &'a PageCache) -> Iter<'a> {
+        Iter {
             base: Range::new(None, src, Bound::Unbounded, Bound::Unbounded),
             base_next: None,
             upper: Vec::new(),
-            error: Some(e),
+            error: None,
             reader: None,
             done: false,
         }

@@ -6,13 +6,15 @@
 //! Keys, tables and reads: `read.rs`.
 
 use std::borrow::Cow;
-use std::cell::OnceCell;
+use std::cell::{Cell, OnceCell};
 use std::collections::BTreeMap;
 use std::ops::Bound;
 use std::sync::Arc;
+use std::thread::ThreadId;
 use std::time::Instant;
 
 use super::error::{DbError, Result};
+use super::holder::this_thread;
 use super::layers::{Base, Layer};
 use super::read::{
     as_ref, check_name, collect_names, decode_id, full_key, max_key_bytes, prefix_bounds,
@@ -35,7 +37,8 @@ use crate::journal::{CommitHandle, Journal, JournalError, Lsn};
 /// not wait: while a transaction has only opened tables and inserted
 /// (*blind* changes, which read nothing), it keeps them to itself. Its
 /// first read (`get`, `remove`, a scan, `list_tables`, …) takes the slot,
-/// waiting while another transaction holds it, and replays the blind
+/// waiting while another transaction holds it (one of the same thread's:
+/// [`DbError::WouldDeadlock`] instead), and replays the blind
 /// changes over the newest state. A transaction still blind at `commit` is
 /// queued and committed by whichever committer holds the slot next,
 /// together with the others queued (see `combine.rs`): having read
@@ -419,6 +422,9 @@ pub(crate) struct Active {
     shared: Arc<Shared>,
     state: Option<WriterState>,
     owns_slot: bool,
+    /// The thread it was last used on (holding the slot: see
+    /// [`Active::follow_thread`]).
+    thread: Cell<ThreadId>,
     overlay: Overlay,
     dropped: Vec<u32>,
     /// Bytes of the journal record the changes make.
@@ -436,6 +442,18 @@ impl Drop for Active {
 }
 
 impl Active {
+    /// Keep the writer slot's holder the thread this transaction is used
+    /// on: moved to another thread since it took the slot, it is that
+    /// thread that must not wait for the slot (`DbError::WouldDeadlock`),
+    /// and the first may again.
+    fn follow_thread(&self) {
+        let here = this_thread();
+        if self.owns_slot && self.thread.get() != here {
+            self.thread.set(here);
+            self.shared.hold_here();
+        }
+    }
+
     /// The transaction over `state`'s tree with `tables` opened and `puts`
     /// made, in order.
     pub(crate) fn replay<'p>(
@@ -449,6 +467,7 @@ impl Active {
             shared,
             state: Some(state),
             owns_slot,
+            thread: Cell::new(this_thread()),
             overlay: BTreeMap::new(),
             dropped: Vec::new(),
             size: 1,
@@ -739,7 +758,9 @@ impl WriteTxn {
             )?;
             let _ = self.active.set(a);
         }
-        Ok(self.active.get().expect("set above"))
+        let a = self.active.get().expect("set above");
+        a.follow_thread();
+        Ok(a)
     }
 
     fn active_mut(&mut self) -> Result<&mut Active> {
