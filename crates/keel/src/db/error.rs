@@ -108,6 +108,15 @@ pub enum DbError {
     /// Options that cannot work.
     #[error("invalid store options: {0}")]
     BadOptions(String),
+    /// [`super::Database::salvage`] was given a path for the new store
+    /// that it must not write to.
+    #[error("cannot salvage into {path}: {reason}")]
+    SalvageTarget {
+        /// The path given for the new store.
+        path: PathBuf,
+        /// Why salvage refuses it.
+        reason: String,
+    },
 }
 
 impl From<IoError> for DbError {

@@ -18,6 +18,7 @@ mod format;
 mod leader;
 mod open;
 mod records;
+pub(crate) mod salvage;
 mod scan;
 mod segments;
 mod truncate;
