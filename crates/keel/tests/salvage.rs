@@ -17,7 +17,8 @@ use std::path::{Path, PathBuf};
 use keel::btree::{decode_node, Body, Location, PageSize};
 use keel::db::meta::Meta;
 use keel::db::{
-    Database, DbError, JournalStop, LostChangeKind, SalvageOptions, SalvageReport, JOURNAL_DIR,
+    Database, DbError, JournalStop, LostChangeKind, MetaChoice, SalvageOptions, SalvageReport,
+    JOURNAL_DIR,
 };
 use keel::io::RealVfs;
 use keel::journal::{self, JournalOptions, Lsn, RecordInfo, RECORD_HEADER_BYTES};
@@ -334,6 +335,7 @@ fn an_undamaged_store_is_copied_whole() {
     assert_whole(&report, &h, &to);
     assert!(!report.lost_anything(), "{report:#?}");
     assert_eq!(report.meta.generation, 2, "the newest meta");
+    assert_eq!(report.meta_choice, MetaChoice::ReachesFurther);
     assert_eq!(report.meta.checkpoint_lsn, h.checkpoints[1]);
     assert_eq!(report.other_meta.unwrap().generation, 1);
     assert_eq!(report.journal_records, h.last() - h.checkpoints[1]);
@@ -359,7 +361,33 @@ fn of_two_metas_that_reach_as_far_the_newer_is_taken() {
         (report.meta.generation, report.meta.reach_lsn),
         (2, h.last())
     );
+    assert_eq!(report.meta_choice, MetaChoice::Newer);
     assert_eq!(report.journal_records, h.last() - h.checkpoints[1]);
+}
+
+#[test]
+fn a_damaged_root_of_the_newer_tree_is_read_from_the_older_when_both_reach_as_far() {
+    let dir = scratch("root");
+    let (store, to) = (dir.join("store"), dir.join("new"));
+    let h = build(&store, 3);
+    let data = store.join(keel::db::DATA_FILE);
+    let bytes = std::fs::read(&data).unwrap();
+    let metas = [0, PAGE_BYTES].map(|at| Meta::decode(&bytes[at..]).unwrap());
+    let newest = metas.iter().max_by_key(|m| m.generation).unwrap();
+    let older = metas.iter().min_by_key(|m| m.generation).unwrap();
+    assert_ne!(newest.root.page, older.root.page);
+    flip(&data, newest.root.page * PAGE_BYTES as u64 + 100);
+    let report = salvage(&store, &to);
+    assert_whole(&report, &h, &to);
+    assert_eq!(report.meta.generation, older.generation);
+    assert_eq!(
+        report.meta_choice,
+        MetaChoice::WholeTree {
+            newer_damaged_pages: vec![newest.root.page]
+        }
+    );
+    assert!(report.unreachable.is_empty());
+    assert!(!report.lost_anything(), "{report:#?}");
 }
 
 /// A record in the middle of the commits after the last checkpoint,
@@ -584,6 +612,7 @@ fn a_damaged_newest_meta_page_falls_back_on_the_older_one() {
     let report = salvage(&store, &to);
     assert_whole(&report, &h, &to);
     assert_eq!(report.meta.generation, 1, "the older meta");
+    assert_eq!(report.meta_choice, MetaChoice::OnlyValid);
     assert_eq!(report.meta.checkpoint_lsn, h.checkpoints[0]);
     assert_eq!(report.other_meta, None);
     assert!(report

@@ -59,7 +59,7 @@ pub use error::{DbError, Result};
 pub use placement::BackgroundCpus;
 pub use read::{Iter, KeyRange, KeyValue, ReadTxn, Table, Value, MAX_TABLE_NAME_BYTES};
 pub use salvage::{
-    JournalNote, JournalStop, LostChange, LostChangeKind, RenamedTable, SalvageMeta,
+    JournalNote, JournalStop, LostChange, LostChangeKind, MetaChoice, RenamedTable, SalvageMeta,
     SalvageOptions, SalvageProgress, SalvageProgressFn, SalvageReport, UnreachableRange,
 };
 pub use store::{DATA_FILE, JOURNAL_DIR, LOCK_FILE};

@@ -17,6 +17,7 @@
 //! 5. `report`: the lost LSNs (from the first gap to the highest LSN seen)
 //!    and what the readable ones changed; the unreachable key ranges.
 
+mod choose;
 mod load;
 mod overlay;
 mod report;
@@ -28,19 +29,19 @@ use std::path::Path;
 use std::sync::Arc;
 
 pub use report::{
-    JournalNote, JournalStop, LostChange, LostChangeKind, RenamedTable, SalvageMeta, SalvageReport,
-    UnreachableRange,
+    JournalNote, JournalStop, LostChange, LostChangeKind, MetaChoice, RenamedTable, SalvageMeta,
+    SalvageReport, UnreachableRange,
 };
 
 use super::error::{DbError, Result};
-use super::meta::{Meta, MetaError};
 use super::record;
 use super::store::JOURNAL_DIR;
 use super::Database;
 use crate::btree::{Location, PageSize};
 use crate::io::{RealVfs, Vfs};
-use crate::journal::salvage::{JournalSalvage, Note, PayloadReader, Run};
+use crate::journal::salvage::{JournalSalvage, Note, PayloadReader};
 use crate::journal::{JournalError, JournalOptions, Lsn, DEFAULT_SEGMENT_SIZE_BYTES};
+use choose::{Choice, Start};
 use load::{Loaded, Loader};
 use overlay::Overlay;
 use tree::Walk;
@@ -62,6 +63,13 @@ pub enum SalvageProgress {
         pages_read: u64,
         /// Entries written so far.
         entries: u64,
+    },
+    /// Walking a meta page's tree without copying it: when both meta
+    /// pages reach as far, to find whether the newer one's tree reads
+    /// whole.
+    Comparing {
+        /// Tree and overflow pages read so far.
+        pages_read: u64,
     },
     /// Checkpointing and checking the new store.
     Checking,
@@ -116,24 +124,15 @@ impl std::fmt::Debug for SalvageOptions {
 }
 
 impl SalvageOptions {
-    fn progress(&self, p: SalvageProgress) {
+    pub(super) fn progress(&self, p: SalvageProgress) {
         if let Some(f) = &self.progress {
             f(&p);
         }
     }
 }
 
-/// Entries written between two progress reports.
+/// Entries walked between two progress reports.
 const PROGRESS_EVERY_ENTRIES: u64 = 10_000;
-
-/// The meta page salvage starts from, and the journal's run after it.
-struct Start {
-    meta: SalvageMeta,
-    tree: Meta,
-    run: Run,
-    /// Whether the journal belongs to this data file (its records apply).
-    journal_applies: bool,
-}
 
 /// [`Database::salvage`].
 pub(super) fn run(from: &Path, to: &Path, options: SalvageOptions) -> Result<SalvageReport> {
@@ -141,7 +140,12 @@ pub(super) fn run(from: &Path, to: &Path, options: SalvageOptions) -> Result<Sal
     let source = source::open(vfs.as_ref(), from)?;
     source::check_target(vfs.as_ref(), from, to)?;
     let (journal, mut notes) = read_journal(vfs.as_ref(), from, &options)?;
-    let (start, other, other_error) = choose(from, &source.metas, &journal)?;
+    let Choice {
+        start,
+        other,
+        other_error,
+        why,
+    } = choose::choose(from, &source, &journal, &options)?;
     if !start.journal_applies {
         notes.push(JournalNote {
             segment: 0,
@@ -162,11 +166,13 @@ pub(super) fn run(from: &Path, to: &Path, options: SalvageOptions) -> Result<Sal
     let db = create_target(&vfs, to, &start, &journal, &options)?;
     let mut loader = Loader::new(&db, options.batch_entries, options.batch_bytes);
     let mut walk = Walk::new(source.data.as_ref(), ps, start.tree.page_count);
-    let root = (start.tree.root.page != 0).then_some(Location {
-        page: start.tree.root.page,
-        crc: start.tree.root.crc,
-    });
-    copy(&mut walk, root, replay.overlay, &mut loader, &options)?;
+    copy(
+        &mut walk,
+        start.root(),
+        replay.overlay,
+        &mut loader,
+        &options,
+    )?;
     let loaded = loader.finish()?;
     options.progress(SalvageProgress::Checking);
     verify(&db, to, &loaded)?;
@@ -179,6 +185,7 @@ pub(super) fn run(from: &Path, to: &Path, options: SalvageOptions) -> Result<Sal
         from: from.to_path_buf(),
         to: to.to_path_buf(),
         meta: start.meta,
+        meta_choice: why,
         other_meta: other,
         other_meta_error: other_error,
         last_lsn: replay.last_lsn,
@@ -257,60 +264,6 @@ fn note(n: &Note) -> JournalNote {
         what: n.what.clone(),
         loses_data: n.loses_data,
     }
-}
-
-/// The valid meta whose checkpoint and the journal's run after it reach
-/// the highest LSN (a tie: the higher generation), the other meta, and
-/// why the other is not valid.
-fn choose(
-    from: &Path,
-    metas: &[std::result::Result<Meta, MetaError>; 2],
-    journal: &JournalSalvage,
-) -> Result<(Start, Option<SalvageMeta>, Option<String>)> {
-    let mut starts: Vec<Start> = Vec::new();
-    for (slot, m) in metas.iter().enumerate() {
-        let Ok(m) = m else { continue };
-        let applies = journal.store_id.is_none_or(|id| id == m.journal_id);
-        let run = if applies {
-            journal.follow(m.checkpoint_lsn)
-        } else {
-            Run {
-                records: Vec::new(),
-                next_lsn: m.checkpoint_lsn + 1,
-            }
-        };
-        starts.push(Start {
-            meta: SalvageMeta {
-                slot: slot as u8,
-                generation: m.generation,
-                checkpoint_lsn: m.checkpoint_lsn,
-                page_size: m.page_size as usize,
-                page_count: m.page_count,
-                reach_lsn: run.next_lsn - 1,
-            },
-            tree: *m,
-            run,
-            journal_applies: applies,
-        });
-    }
-    starts.sort_by_key(|s| (s.meta.reach_lsn, s.meta.generation));
-    let Some(start) = starts.pop() else {
-        let [e0, e1] = [&metas[0], &metas[1]].map(|m| m.err().map(|e| e.to_string()));
-        return Err(DbError::Corrupt {
-            path: from.to_path_buf(),
-            reason: format!(
-                "neither meta page is valid (page 0: {}; page 1: {}): salvage has no tree to \
-                 start from",
-                e0.unwrap_or_default(),
-                e1.unwrap_or_default()
-            ),
-        });
-    };
-    let other = starts.pop().map(|s| s.meta);
-    let other_error = metas[1 - usize::from(start.meta.slot)]
-        .err()
-        .map(|e| e.to_string());
-    Ok((start, other, other_error))
 }
 
 /// The journal's run decoded and applied.

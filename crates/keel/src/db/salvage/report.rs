@@ -26,6 +26,26 @@ pub struct SalvageMeta {
     pub reach_lsn: Lsn,
 }
 
+/// Why salvage started from the meta page it did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum MetaChoice {
+    /// The other meta page is not valid.
+    OnlyValid,
+    /// With the journal's records after its checkpoint, it reaches a
+    /// higher LSN than the other.
+    ReachesFurther,
+    /// Both reach the same LSN, and this one is the newer.
+    Newer,
+    /// Both reach the same LSN, the newer one's tree has pages that fail
+    /// their checks and this one's (the older) reads whole: from it, with
+    /// the journal since its checkpoint, nothing is lost.
+    WholeTree {
+        /// The newer tree's pages that failed.
+        newer_damaged_pages: Vec<PageNo>,
+    },
+}
+
 /// Why salvage took no journal record past [`SalvageReport::last_lsn`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
@@ -129,6 +149,8 @@ pub struct SalvageReport {
     pub to: PathBuf,
     /// The meta page whose tree salvage started from.
     pub meta: SalvageMeta,
+    /// Why that one.
+    pub meta_choice: MetaChoice,
     /// The other meta page, when valid.
     pub other_meta: Option<SalvageMeta>,
     /// Why the other meta page is not valid, when it is not.
