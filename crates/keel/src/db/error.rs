@@ -31,7 +31,10 @@ pub enum DbError {
     /// Another process (or another handle in this one) has the store open.
     #[error("store {0} is in use by another process (its LOCK file is held)")]
     Locked(PathBuf),
-    /// The store's files are damaged or do not belong together.
+    /// The store's files are damaged or do not belong together. The store
+    /// cannot be opened as it is; [`super::Database::salvage`] (`keel db
+    /// salvage STORE --to NEW`) copies every commit its files prove whole
+    /// into a new store and says what is lost.
     #[error("store {path} is damaged: {reason}")]
     Corrupt {
         /// The store's directory.
