@@ -165,7 +165,7 @@ fn render(r: &SalvageReport) -> String {
         r.journal_records
     );
     out += &format!(
-        "  recovered    every commit up to lsn {}; {} tree pages read\n",
+        "  recovered    every commit up to lsn {}; {} tree page(s) read\n",
         r.last_lsn, r.pages_read
     );
     out += &format!(

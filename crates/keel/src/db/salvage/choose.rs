@@ -143,7 +143,7 @@ fn damaged_pages(source: &Source, start: &Start, options: &SalvageOptions) -> Re
     let mut count = |_: &[u8], _: &[u8], pages_read: u64| -> std::result::Result<(), Infallible> {
         entries += 1;
         if entries % PROGRESS_EVERY_ENTRIES == 0 {
-            options.progress(SalvageProgress::Comparing { pages_read });
+            options.report_progress(SalvageProgress::Comparing { pages_read });
         }
         Ok(())
     };

@@ -124,7 +124,7 @@ impl std::fmt::Debug for SalvageOptions {
 }
 
 impl SalvageOptions {
-    pub(super) fn progress(&self, p: SalvageProgress) {
+    pub(super) fn report_progress(&self, p: SalvageProgress) {
         if let Some(f) = &self.progress {
             f(&p);
         }
@@ -174,7 +174,7 @@ pub(super) fn run(from: &Path, to: &Path, options: SalvageOptions) -> Result<Sal
         &options,
     )?;
     let loaded = loader.finish()?;
-    options.progress(SalvageProgress::Checking);
+    options.report_progress(SalvageProgress::Checking);
     verify(&db, to, &loaded)?;
     db.close()?;
     let highest = start
@@ -229,7 +229,7 @@ fn read_journal(
 ) -> Result<(JournalSalvage, Vec<JournalNote>)> {
     let dir = from.join(JOURNAL_DIR);
     let mut progress = |segments_read, segments| {
-        options.progress(SalvageProgress::Journal {
+        options.report_progress(SalvageProgress::Journal {
             segments_read,
             segments,
         })
@@ -368,7 +368,7 @@ fn copy(
         }
         if loader.entries >= last_progress + PROGRESS_EVERY_ENTRIES {
             last_progress = loader.entries;
-            options.progress(SalvageProgress::Copying {
+            options.report_progress(SalvageProgress::Copying {
                 pages_read,
                 entries: loader.entries,
             });
@@ -381,7 +381,7 @@ fn copy(
             loader.put(&k, &v)?;
         }
     }
-    options.progress(SalvageProgress::Copying {
+    options.report_progress(SalvageProgress::Copying {
         pages_read: walk.pages_read,
         entries: loader.entries,
     });
