@@ -526,9 +526,9 @@ fn a_damaged_segment_header_loses_nothing() {
     );
 }
 
-/// The newest meta's tree, walked down its last children to a leaf:
-/// (the leaf's page, its full keys).
-fn last_leaf(store: &Path) -> (u64, Vec<Vec<u8>>) {
+/// The newest meta's tree, walked down its last (or first) children to
+/// a leaf: (the leaf's page, its full keys).
+fn edge_leaf(store: &Path, last: bool) -> (u64, Vec<Vec<u8>>) {
     let data = std::fs::read(store.join(keel::db::DATA_FILE)).unwrap();
     let ps = PageSize::new(PAGE_BYTES).unwrap();
     let metas = [0, PAGE_BYTES].map(|at| Meta::decode(&data[at..]).unwrap());
@@ -541,7 +541,10 @@ fn last_leaf(store: &Path) -> (u64, Vec<Vec<u8>>) {
         let at = loc.page as usize * PAGE_BYTES;
         let node = decode_node(&data[at..at + PAGE_BYTES], ps, loc).unwrap();
         match node.body() {
-            Body::Branch(b) => loc = b.child_location(b.len() - 1).unwrap(),
+            Body::Branch(b) => {
+                let i = if last { b.len() - 1 } else { 0 };
+                loc = b.child_location(i).unwrap();
+            }
             Body::Leaf(l) => {
                 return (loc.page, (0..l.len()).map(|i| l.key(i).to_vec()).collect());
             }
@@ -554,7 +557,7 @@ fn a_damaged_leaf_loses_its_key_range_and_the_journal_rewrites_what_it_can() {
     let dir = scratch("leaf");
     let (store, to) = (dir.join("store"), dir.join("new"));
     let h = build(&store, 30);
-    let (page, keys) = last_leaf(&store);
+    let (page, keys) = edge_leaf(&store, true);
     let cp = h.checkpoints[1];
     let mut want = h.model_at(cp);
     assert!(
@@ -584,6 +587,52 @@ fn a_damaged_leaf_loses_its_key_range_and_the_journal_rewrites_what_it_can() {
     // end, as the last leaf of the tree.
     assert!(range.from.as_deref().is_some_and(|f| f <= &keys[0][..]));
     assert_eq!(range.to, None);
+    assert!(report.lost_anything());
+}
+
+#[test]
+fn a_damaged_catalog_leaf_keeps_the_tables_under_made_up_names() {
+    let dir = scratch("catalog");
+    let (store, to) = (dir.join("store"), dir.join("new"));
+    let h = build(&store, 30);
+    let (page, keys) = edge_leaf(&store, false);
+    assert!(keys[0][..4] == [0; 4], "the first leaf holds the catalog");
+    let cp = h.checkpoints[1];
+    let mut model = h.model_at(cp);
+    for k in keys.iter().filter(|k| k[..4] != [0; 4]) {
+        let (t, key) = model.split(k);
+        model.tables.get_mut(&t).unwrap().remove(&key);
+    }
+    for (_, c) in h.commits.iter().filter(|(l, _)| *l > cp) {
+        model.apply(c);
+    }
+    // Every table with entries comes back, under a name made of its id.
+    let want: Tables = model
+        .tables
+        .iter()
+        .filter(|(_, m)| !m.is_empty())
+        .map(|(t, m)| (format!("salvaged-table-{}", model.ids[t]), m.clone()))
+        .collect();
+    flip(
+        &store.join(keel::db::DATA_FILE),
+        page * PAGE_BYTES as u64 + 100,
+    );
+    let report = salvage(&store, &to);
+    assert_eq!(contents(&to), want);
+    let renamed: Vec<String> = report
+        .renamed_tables
+        .iter()
+        .map(|t| t.name.clone())
+        .collect();
+    assert_eq!(renamed, want.keys().cloned().collect::<Vec<_>>());
+    assert_eq!(report.unreachable.len(), 1);
+    assert_eq!(
+        (
+            report.unreachable[0].page,
+            report.unreachable[0].from.as_deref()
+        ),
+        (page, None)
+    );
     assert!(report.lost_anything());
 }
 
