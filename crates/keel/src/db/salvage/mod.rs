@@ -147,36 +147,21 @@ pub(super) fn run(from: &Path, to: &Path, options: SalvageOptions) -> Result<Sal
         why,
     } = choose::choose(from, &source, &journal, &options)?;
     if !start.journal_applies {
-        notes.push(JournalNote {
-            segment: 0,
-            pos: 0,
-            what: format!(
-                "the journal (store id {:#x}) does not belong to this data file (store id {:#x}): \
-                 none of its records is applied",
-                journal.store_id.unwrap_or_default(),
-                start.tree.journal_id
-            ),
-            loses_data: true,
-        });
+        notes.push(foreign_journal(&journal, &start));
     }
     let ps = PageSize::new(start.meta.page_size)
         .map_err(|e| DbError::BadOptions(format!("the meta page's page size: {e}")))?;
     let mut reader = PayloadReader::default();
     let replay = replay(vfs.as_ref(), &journal, &start, ps, &mut reader)?;
-    let db = create_target(&vfs, to, &start, &journal, &options)?;
-    let mut loader = Loader::new(&db, options.batch_entries, options.batch_bytes);
-    let mut walk = Walk::new(source.data.as_ref(), ps, start.tree.page_count);
-    copy(
-        &mut walk,
-        start.root(),
+    let (loaded, walk) = write_new(
+        &vfs,
+        to,
+        &source,
+        &start,
+        &journal,
         replay.overlay,
-        &mut loader,
         &options,
     )?;
-    let loaded = loader.finish()?;
-    options.report_progress(SalvageProgress::Checking);
-    verify(&db, to, &loaded)?;
-    db.close()?;
     let highest = start
         .journal_applies
         .then(|| journal.highest_lsn())
@@ -218,6 +203,46 @@ pub(super) fn run(from: &Path, to: &Path, options: SalvageOptions) -> Result<Sal
         )?;
     }
     Ok(report)
+}
+
+/// The note that the journal belongs to another data file than `start`'s.
+fn foreign_journal(journal: &JournalSalvage, start: &Start) -> JournalNote {
+    JournalNote {
+        segment: 0,
+        pos: 0,
+        what: format!(
+            "the journal (store id {:#x}) does not belong to this data file (store id {:#x}): \
+             none of its records is applied",
+            journal.store_id.unwrap_or_default(),
+            start.tree.journal_id
+        ),
+        loses_data: true,
+    }
+}
+
+/// Create the new store and fill it: `start`'s tree walked, the overlay
+/// merged over it; then checkpoint, check and close it. Returns what was
+/// written and the walk (its pages read and unreachable ranges).
+fn write_new<'s>(
+    vfs: &Arc<dyn Vfs>,
+    to: &Path,
+    source: &'s source::Source,
+    start: &Start,
+    journal: &JournalSalvage,
+    overlay: Overlay,
+    options: &SalvageOptions,
+) -> Result<(Loaded, Walk<'s>)> {
+    let ps = PageSize::new(start.meta.page_size)
+        .map_err(|e| DbError::BadOptions(format!("the meta page's page size: {e}")))?;
+    let db = create_target(vfs, to, start, journal, options)?;
+    let mut loader = Loader::new(&db, options.batch_entries, options.batch_bytes);
+    let mut walk = Walk::new(source.data.as_ref(), ps, start.tree.page_count);
+    copy(&mut walk, start.root(), overlay, &mut loader, options)?;
+    let loaded = loader.finish()?;
+    options.report_progress(SalvageProgress::Checking);
+    verify(&db, to, &loaded)?;
+    db.close()?;
+    Ok((loaded, walk))
 }
 
 /// Read the journal; a missing or empty journal directory is an empty
