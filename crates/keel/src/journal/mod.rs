@@ -246,9 +246,9 @@ pub enum JournalError {
     #[error(
         "journal is corrupt: segment {seq} is damaged at byte {pos} ({reason}) but a valid record \
          (lsn {later_lsn}) follows it; acknowledged records may be lost. Inspect with `keel \
-         journal check`; a journal opened with RecoveryMode::StopAtFirstBad keeps the prefix; \
-         a store's journal cannot be, and `keel db salvage STORE --to NEW` \
-         (Database::salvage) copies every commit its files prove whole into a new store"
+         journal check`; open the journal with RecoveryMode::StopAtFirstBad to keep the records \
+         before the damage, or, for a store's journal (which a store cannot open so), salvage \
+         the store: `keel db salvage STORE --to NEW` (Database::salvage)"
     )]
     Corrupt {
         /// The sequence number of the damaged segment.
