@@ -17,6 +17,25 @@ const EXIT_CODES: &str = "Exit codes:\n  \
        be opened because it is damaged (run `keel db check`), a key or value over the \
        store's limits, or a failed read or write";
 
+/// What `salvage` does, and its exit codes (its own: 1 is not "no").
+const SALVAGE_HELP: &str = "What it recovers: the tree of the valid meta page that, with the \
+    journal's consecutive records after its checkpoint, reaches the highest LSN (of two that \
+    reach as far, the newer), every entry reachable through pages that pass their checksum \
+    and layout checks, then the journal's records in LSN order up to the first gap (intact \
+    records are searched for past damaged ones and in every segment file). The new store is \
+    written, checkpointed and checked. The report names the meta page used, the last LSN \
+    recovered, the tables and entries written, and every loss: the LSNs from the first gap \
+    to the highest LSN seen in the journal (with the keys the intact ones touched), key \
+    ranges behind unreadable pages, journal files cut short. Progress goes to stderr on a \
+    long salvage.\n\n\
+    Exit codes:\n  \
+    0  salvaged: nothing the store's files prove committed was lost\n  \
+    1  salvaged, with losses: the new store holds what could be proven whole, and the \
+       report says what is missing\n  \
+    2  nothing salvaged: a wrong command line, no store at STORE, a store another process \
+       has open, NEW not empty (or inside STORE), no valid meta page, or a failed read or \
+       write (NEW may then be partly written: remove it before trying again)";
+
 /// How keys and values are written on the command line and printed.
 const ENCODING: &str = "Keys and values are UTF-8 text unless --hex is given: then every key \
     and value, given or printed, is hex (two digits a byte, an optional 0x prefix on input). \
@@ -68,6 +87,11 @@ pub enum DbCommand {
     /// page is used exactly once. Exit 1, saying where, on damage.
     #[command(after_help = EXIT_CODES)]
     Check(StoreArgs),
+    /// Copy what a damaged store's files prove was committed into a new
+    /// store at NEW (which must not exist, or be empty), and say exactly
+    /// what could not be recovered. STORE is only read, never changed.
+    #[command(after_help = SALVAGE_HELP)]
+    Salvage(SalvageArgs),
 }
 
 impl DbCommand {
@@ -80,6 +104,7 @@ impl DbCommand {
             DbCommand::Del(a) => a.keyed.out.json,
             DbCommand::Scan(a) => a.keyed.out.json,
             DbCommand::Tables(a) | DbCommand::Stats(a) | DbCommand::Check(a) => a.out.json,
+            DbCommand::Salvage(a) => a.out.json,
         }
     }
 }
@@ -187,4 +212,19 @@ pub struct ScanArgs {
     pub limit: Option<usize>,
     #[command(flatten)]
     pub keyed: Keyed,
+}
+
+#[derive(Args, Debug)]
+pub struct SalvageArgs {
+    /// The damaged store directory (read, never changed).
+    pub store: PathBuf,
+    /// The new store's directory: created, or an existing empty one.
+    #[arg(long, value_name = "NEW")]
+    pub to: PathBuf,
+    /// List at most this many changes of the journal records that were
+    /// lost but are readable.
+    #[arg(long, value_name = "N", default_value_t = 100)]
+    pub max_lost_changes: usize,
+    #[command(flatten)]
+    pub out: Output,
 }

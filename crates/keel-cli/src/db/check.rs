@@ -92,6 +92,7 @@ pub fn run(a: StoreArgs) -> Result<ExitCode, Failure> {
         print_json(&report)?;
         if let Some(r) = &report.reason {
             eprintln!("error: store {} is damaged: {r}", report.store);
+            eprintln!("{}", salvage_hint(&report.store));
         }
     } else {
         print!("{}", render(&report));
@@ -236,10 +237,22 @@ fn damaged_page(e: &BtreeError) -> Option<u64> {
     }
 }
 
+/// What to do about a damaged store.
+fn salvage_hint(store: &str) -> String {
+    format!(
+        "to copy every commit its files prove whole into a new store: keel db salvage {store} \
+         --to NEW"
+    )
+}
+
 fn render(r: &Report) -> String {
     let Some(c) = &r.checked else {
         let reason = r.reason.as_deref().unwrap_or("unknown");
-        return format!("DAMAGED: store {}: {reason}\n", r.store);
+        return format!(
+            "DAMAGED: store {}: {reason}\n{}\n",
+            r.store,
+            salvage_hint(&r.store)
+        );
     };
     let d = &c.disk;
     let mut out = format!(

@@ -68,7 +68,8 @@ impl Failure {
         let mut message = e.to_string();
         if kind == Kind::Damaged {
             message += &format!(
-                " (run `keel db check {}` for the whole picture)",
+                " (run `keel db check {0}` for the whole picture, and `keel db salvage {0} --to \
+                 NEW` to copy every commit its files prove whole into a new store)",
                 store.display()
             );
         }
@@ -102,7 +103,8 @@ pub fn kind_of(e: &DbError) -> Kind {
         DbError::KeyTooLong { .. }
         | DbError::ValueTooLong { .. }
         | DbError::TransactionTooLarge { .. }
-        | DbError::BadTableName { .. } => Kind::BadInput,
+        | DbError::BadTableName { .. }
+        | DbError::SalvageTarget { .. } => Kind::BadInput,
         DbError::NoSuchTable(_) => Kind::Absent,
         _ => Kind::Failed,
     }

@@ -1,5 +1,6 @@
 //! `keel db …`: use a store by hand — create it, put, get, delete and scan
-//! keys, list its tables, print its statistics and check it for damage.
+//! keys, list its tables, print its statistics, check it for damage and
+//! salvage what a damaged one holds into a new store.
 //!
 //! Every command but `create` opens an existing store, which recovers it
 //! (replays the journal past the last checkpoint) and takes its lock, so a
@@ -9,13 +10,14 @@
 //!
 //! The modules: `args` (the command line), `bytes` (keys and values as
 //! text or hex), `failure` (errors to messages and exit codes), `data`
-//! (create, put, get, del, scan, tables), `stats` and `check`.
+//! (create, put, get, del, scan, tables), `stats`, `check` and `salvage`.
 
 mod args;
 mod bytes;
 mod check;
 mod data;
 mod failure;
+mod salvage;
 mod stats;
 
 #[cfg(test)]
@@ -41,6 +43,7 @@ pub fn run(cmd: DbCommand) -> anyhow::Result<ExitCode> {
         DbCommand::Tables(a) => data::tables(a),
         DbCommand::Stats(a) => stats::run(a),
         DbCommand::Check(a) => check::run(a),
+        DbCommand::Salvage(a) => salvage::run(a),
     };
     match result {
         Ok(code) => Ok(code),

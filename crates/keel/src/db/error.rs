@@ -31,7 +31,10 @@ pub enum DbError {
     /// Another process (or another handle in this one) has the store open.
     #[error("store {0} is in use by another process (its LOCK file is held)")]
     Locked(PathBuf),
-    /// The store's files are damaged or do not belong together.
+    /// The store's files are damaged or do not belong together. The store
+    /// cannot be opened as it is; [`super::Database::salvage`] (`keel db
+    /// salvage STORE --to NEW`) copies every commit its files prove whole
+    /// into a new store and says what is lost.
     #[error("store {path} is damaged: {reason}")]
     Corrupt {
         /// The store's directory.
@@ -130,6 +133,15 @@ pub enum DbError {
     /// Options that cannot work.
     #[error("invalid store options: {0}")]
     BadOptions(String),
+    /// [`super::Database::salvage`] was given a path for the new store
+    /// that it must not write to.
+    #[error("cannot salvage into {path}: {reason}")]
+    SalvageTarget {
+        /// The path given for the new store.
+        path: PathBuf,
+        /// Why salvage refuses it.
+        reason: String,
+    },
 }
 
 impl From<IoError> for DbError {

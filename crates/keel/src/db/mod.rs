@@ -45,6 +45,7 @@ mod pending;
 mod placement;
 mod read;
 mod record;
+mod salvage;
 mod store;
 mod txn;
 mod view;
@@ -58,6 +59,10 @@ use std::time::Duration;
 pub use error::{DbError, Result};
 pub use placement::BackgroundCpus;
 pub use read::{Iter, KeyRange, KeyValue, ReadTxn, Table, Value, MAX_TABLE_NAME_BYTES};
+pub use salvage::{
+    JournalNote, JournalStop, LostChange, LostChangeKind, MetaChoice, RenamedTable, SalvageMeta,
+    SalvageOptions, SalvageProgress, SalvageProgressFn, SalvageReport, UnreachableRange,
+};
 pub use store::{DATA_FILE, JOURNAL_DIR, LOCK_FILE};
 pub use txn::{TableMut, WriteTxn};
 
@@ -438,6 +443,23 @@ impl Database {
     /// Options for [`Builder::create`] or [`Builder::open`].
     pub fn builder() -> Builder {
         Builder::default()
+    }
+
+    /// Copy what a damaged store's files prove was committed into a new
+    /// store at `to` (a new or empty directory), and report what could
+    /// not be recovered. The store at `from` is only read (refused while
+    /// another process has it open). The new store holds the tree of the
+    /// meta page that, with the journal's consecutive records after its
+    /// checkpoint, reaches the highest LSN, every entry reachable through
+    /// pages that pass their checks, and those records applied in LSN
+    /// order up to the first gap. See `docs/store.md`, "A damaged store:
+    /// salvage".
+    pub fn salvage(
+        from: impl AsRef<Path>,
+        to: impl AsRef<Path>,
+        options: SalvageOptions,
+    ) -> Result<SalvageReport> {
+        salvage::run(from.as_ref(), to.as_ref(), options)
     }
 
     fn start(path: &Path, options: Options, create: bool) -> Result<Database> {

@@ -18,6 +18,7 @@ mod format;
 mod leader;
 mod open;
 mod records;
+pub(crate) mod salvage;
 mod scan;
 mod segments;
 mod truncate;
@@ -258,7 +259,9 @@ pub enum JournalError {
     /// length is not its header's.
     #[error(
         "journal is corrupt: segment {seq}, byte {pos}: {reason}; acknowledged records would be \
-         lost. Inspect with `keel journal check`"
+         lost. Inspect with `keel journal check`; open the journal with \
+         RecoveryMode::StopAtFirstBad to keep the records before the damage, or, for a store's \
+         journal, salvage the store: `keel db salvage STORE --to NEW` (Database::salvage)"
     )]
     Corrupt {
         /// The sequence number of the damaged segment.
