@@ -18,10 +18,10 @@
 //! * the full check (`check_tree`): every key lies inside its parent's
 //!   bounds and every separator inside its own, so no node, which holds a
 //!   key or a separator, passes the check on two paths;
-//! * the subtrees and edges of a range removal: no page twice
-//!   ([`Visited`]), so at most the file's pages;
-//! * an overflow chain: as many pages as its value's length needs, and
-//!   not one more (`read_overflow_chain`).
+//! * the subtrees and edges of a range removal, and an overflow chain: no
+//!   page twice ([`Visited`]), so at most the file's pages. A chain's
+//!   length also follows from its value's, which the store's value limit
+//!   bounds before any page is read (`PageCache::with_max_value_bytes`).
 
 use std::collections::HashSet;
 

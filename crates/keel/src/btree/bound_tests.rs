@@ -1,6 +1,7 @@
 //! Damaged trees whose every page has a valid checksum: a branch pointing
-//! back to itself or to an ancestor, and a subtree shared by both children
-//! of every branch (2⁴⁰ paths through 41 pages). Every
+//! back to itself or to an ancestor, a subtree shared by both children of
+//! every branch (2⁴⁰ paths through 41 pages), overflow chains that come
+//! back on themselves, and a value longer than the store's limit. Every
 //! walk must end in `Corrupt` naming the page (or, where the damage is
 //! off its path, in its right answer) within [`forge::WALK_TIMEOUT`],
 //! never loop (`bound`).
@@ -20,6 +21,7 @@ const PS: PageSize = PageSize::DEFAULT;
 struct Forged {
     file: Arc<dyn VfsFile>,
     root: Location,
+    max_value_bytes: u64,
 }
 
 impl Forged {
@@ -31,6 +33,7 @@ impl Forged {
         Forged {
             file: Arc::clone(&disk.file),
             root,
+            max_value_bytes: MAX_VALUE_BYTES,
         }
     }
 
@@ -43,7 +46,8 @@ impl Forged {
     ) -> Result<T, BtreeError> {
         let f = self.clone();
         within(what, move || {
-            let cache = PageCache::new(Arc::clone(&f.file), PS, 1 << 20);
+            let cache = PageCache::new(Arc::clone(&f.file), PS, 1 << 20)
+                .with_max_value_bytes(f.max_value_bytes);
             let tree = Tree::open(PS, &cache, Some(f.root)).expect("the root page is valid");
             op(&tree, &cache)
         })
@@ -175,4 +179,104 @@ fn a_subtree_shared_at_every_level_is_corrupt_not_an_exponential_walk() {
     let got = f.run("get", |t, c| t.get(c, b"b")).unwrap().unwrap();
     assert_eq!(got.value(), b"2");
     assert!(f.run("get", |t, c| t.get(c, b"z")).unwrap().is_none());
+}
+
+/// A leaf whose only value is `len` bytes in the chain at `first`.
+fn leaf_over(first: Location, len: u64) -> (Location, Vec<u8>) {
+    let value = Arc::new(OverflowValue::on_disk(first, len));
+    leaf_page(PS, 2, &[(b"k", ValueRef::Overflow(&value))])
+}
+
+/// Overflow chains that come back to a page they hold (the page itself, or
+/// the first of two), each page full. Reading, replacing or checking the
+/// value is `Corrupt` at the chain's first page; and the walk stops where
+/// it comes back, however long the value claims to be.
+#[test]
+fn an_overflow_chain_coming_back_on_itself_is_corrupt() {
+    let full = PS.overflow_data_bytes();
+    let data = |v: u8| {
+        let mut d = vec![7u8; full];
+        d[0] = v;
+        d
+    };
+    let (self_loop, first) = forge::cycle(0..8, |v, crc| {
+        let back = Location { page: 10, crc };
+        vec![(10, encode_overflow(10, Some(back), &data(v), PS))]
+    });
+    let (two, first_of_two) = forge::cycle(0..8, |v, crc| {
+        let back = Location { page: 20, crc };
+        let second = encode_overflow(21, Some(back), &data(7), PS);
+        let to_second = Location {
+            page: 21,
+            crc: page_crc(&second),
+        };
+        vec![
+            (20, encode_overflow(20, Some(to_second), &data(v), PS)),
+            (21, second),
+        ]
+    });
+    for (mut pages, first, len) in [
+        (self_loop, first, 3 * full as u64),
+        (two, first_of_two, 5 * full as u64),
+    ] {
+        // A value claiming 4,096 pages: the walk stops at the page reached
+        // again, not after reading (and keeping) 4,096 pages' worth.
+        let mut reads = 0;
+        let long = 4096 * full as u64;
+        let r = read_overflow_chain(PS, first, long, |page, buf| {
+            reads += 1;
+            let (_, bytes) = pages.iter().find(|(p, _)| *p == page).unwrap();
+            buf.copy_from_slice(bytes);
+            Ok(())
+        });
+        assert_corrupt_at("a long chain", &r, first.page);
+        assert!(reads <= 2, "{reads} pages read of a chain of 1 or 2");
+        let (root, leaf) = leaf_over(first, len);
+        pages.push((2, leaf));
+        let f = Forged::new(&pages, root);
+        // Each reads the value: a scan yields it, a change frees its pages.
+        for (what, r) in f.every_walk(b"k") {
+            assert_corrupt_at(what, &r, first.page);
+        }
+    }
+}
+
+/// A value longer than the store's value limit is `Corrupt` before any page
+/// of it is read: its chain here lies past the end of the file, which a
+/// read would report as an I/O error. A valid chain within the limit reads.
+#[test]
+fn an_overflow_value_over_the_value_limit_is_refused_before_reading() {
+    let full = PS.overflow_data_bytes();
+    let len = 3 * full as u64;
+    let past_end = Location {
+        page: 1 << 20,
+        crc: 1,
+    };
+    let (root, leaf) = leaf_over(past_end, len);
+    let mut f = Forged::new(&[(2, leaf)], root);
+    f.max_value_bytes = len - 1;
+    for (what, r) in f.every_walk(b"k") {
+        assert_corrupt_at(what, &r, past_end.page);
+    }
+    // The same limit over a valid chain of that length, and one byte more.
+    let data: Vec<u8> = (0..len).map(|i| (i % 251) as u8).collect();
+    let mut pages = Vec::new();
+    let mut next = None;
+    for (i, chunk) in data.chunks(full).enumerate().rev() {
+        let page = 10 + i as PageNo;
+        let bytes = encode_overflow(page, next, chunk, PS);
+        next = Some(Location {
+            page,
+            crc: page_crc(&bytes),
+        });
+        pages.push((page, bytes));
+    }
+    let (root, leaf) = leaf_over(next.unwrap(), len);
+    pages.push((2, leaf));
+    let mut f = Forged::new(&pages, root);
+    f.max_value_bytes = len;
+    let got = f.run("get", |t, c| t.get(c, b"k")).unwrap().unwrap();
+    assert_eq!(got.value(), &data[..]);
+    f.max_value_bytes = len - 1;
+    assert_corrupt_at("get", &f.run("get", |t, c| t.get(c, b"k")), 10);
 }
