@@ -625,6 +625,8 @@ pub struct Limits {
 }
 
 #[cfg(test)]
+mod bound_tests;
+#[cfg(test)]
 mod run_tests;
 #[cfg(test)]
 mod tests;
