@@ -9,6 +9,7 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
+use super::bound::Visited;
 use super::node::{lock, Node};
 use super::page::{decode_node, decode_overflow};
 use super::{BtreeError, Location, PageNo, PageSize};
@@ -50,7 +51,10 @@ impl PageSource for NoPageSource {
 /// Walk an overflow chain of `len` bytes from `first`, reading each page
 /// with `read` (which fills a page-sized buffer). Every page but the last
 /// must be full, so the chain's length follows from `len` and a chain cut
-/// short or running on is caught.
+/// short or running on is caught. A chain that comes back to a page it
+/// holds is caught there, before that page is read again: a length from a
+/// damaged page would otherwise have the walk read (and keep) up to
+/// 4 GiB of the same pages.
 pub fn read_overflow_chain(
     page_size: PageSize,
     first: Location,
@@ -70,12 +74,14 @@ pub fn read_overflow_chain(
     let mut bytes = Vec::with_capacity((len as usize).min(64 * full));
     let mut pages = Vec::with_capacity((count as usize).min(64));
     let mut buf = AlignedBuf::new(page_size.bytes(), page_size.bytes().min(4096));
+    let mut visited = Visited::default();
     let mut next = Some(first);
     for i in 0..count {
         let loc = next.ok_or(BtreeError::Corrupt {
             page: pages.last().copied().unwrap_or(first.page),
             reason: "an overflow chain shorter than its value",
         })?;
+        visited.enter(loc.page, "an overflow chain that comes back to this page")?;
         read(loc.page, &mut buf)?;
         let page = decode_overflow(&buf, page_size, loc)?;
         let want = if i + 1 == count {
@@ -125,6 +131,7 @@ pub struct PageCache {
     file: Arc<dyn VfsFile>,
     page_size: PageSize,
     budget_bytes: usize,
+    max_value_bytes: u64,
     shards: Box<[Mutex<Shard>]>,
     hits: AtomicU64,
     misses: AtomicU64,
@@ -147,6 +154,7 @@ impl PageCache {
             file,
             page_size,
             budget_bytes,
+            max_value_bytes: super::MAX_VALUE_BYTES,
             shards: (0..shards)
                 .map(|_| Mutex::new(Shard::new(shard_budget)))
                 .collect(),
@@ -164,6 +172,20 @@ impl PageCache {
     /// The most bytes of nodes the cache holds.
     pub fn budget_bytes(&self) -> usize {
         self.budget_bytes
+    }
+
+    /// The cache, refusing as `Corrupt` any overflow value longer than
+    /// `max` bytes (a store's value limit: it never wrote a longer one)
+    /// before it reads a page of it. Without this, the format's limit,
+    /// [`super::MAX_VALUE_BYTES`].
+    pub fn with_max_value_bytes(mut self, max: u64) -> PageCache {
+        self.max_value_bytes = max.min(super::MAX_VALUE_BYTES);
+        self
+    }
+
+    /// The longest overflow value the cache reads.
+    pub fn max_value_bytes(&self) -> u64 {
+        self.max_value_bytes
     }
 
     fn shard(&self, page: PageNo) -> &Mutex<Shard> {
@@ -224,6 +246,12 @@ impl PageSource for PageCache {
     }
 
     fn load_overflow(&self, first: Location, len: u64) -> Result<OverflowData, BtreeError> {
+        if len > self.max_value_bytes {
+            return Err(BtreeError::Corrupt {
+                page: first.page,
+                reason: "an overflow value longer than the store's value limit",
+            });
+        }
         read_overflow_chain(self.page_size, first, len, |page, buf| {
             self.read_page(page, buf)
         })

@@ -13,11 +13,13 @@
 //! `children` (in-memory nodes),
 //! `cache` (reading pages), `read` (lookups and scans), `write` and
 //! `rebalance` (copy-on-write changes), `tree` (the public types),
-//! `checkpoint` (serialization) and `check` (a full invariant check).
+//! `checkpoint` (serialization), `check` (a full invariant check) and
+//! `bound` (what keeps walks over a damaged file finite).
 #![deny(unsafe_code)]
 
 mod arena;
 mod batch;
+mod bound;
 mod cache;
 mod check;
 mod checkpoint;
@@ -72,6 +74,10 @@ pub struct Location {
     pub crc: u32,
 }
 
+#[cfg(test)]
+mod bound_tests;
+#[cfg(test)]
+pub(crate) mod forge;
 #[cfg(test)]
 mod model_tests;
 #[cfg(test)]

@@ -152,6 +152,11 @@ type Seek = (Arc<Node>, Bound<Box<[u8]>>);
 /// A forward scan over a key range. It descends lazily: one leaf and the
 /// path to it are held at a time (as `Arc`s, so the snapshot it reads
 /// stays intact whatever writers do meanwhile). After an error it ends.
+///
+/// Each leaf it moves to must begin after the last key of the one before:
+/// on a damaged file where branches share a subtree, a scan would
+/// otherwise read it once per path to it (2^depth times) and return its
+/// keys again.
 pub struct Range<'a> {
     src: &'a dyn PageSource,
     /// Where to start, until the first call descends.
@@ -159,6 +164,8 @@ pub struct Range<'a> {
     /// The branches on the path to `leaf`, each with the child taken.
     stack: Vec<(Arc<Node>, usize)>,
     leaf: Option<Arc<Node>>,
+    /// The last leaf left that held a key.
+    behind: Option<Arc<Node>>,
     pos: usize,
     end: Bound<Box<[u8]>>,
     done: bool,
@@ -176,6 +183,7 @@ impl<'a> Range<'a> {
             seek: root.map(|r| (Arc::clone(r), own(start))),
             stack: Vec::new(),
             leaf: None,
+            behind: None,
             pos: 0,
             end: own(end),
             done: false,
@@ -238,10 +246,34 @@ impl<'a> Range<'a> {
                 self.pos += 1;
                 return Ok(Some((Arc::clone(leaf), self.pos - 1)));
             }
+            if !l.is_empty() {
+                self.behind = Some(Arc::clone(leaf));
+            }
             if !self.next_leaf()? {
                 return Ok(None);
             }
+            self.check_order()?;
         }
+    }
+
+    /// The leaf just entered begins after the last key left behind.
+    fn check_order(&self) -> Result<(), BtreeError> {
+        let (Some(behind), Some(leaf)) = (&self.behind, &self.leaf) else {
+            return Ok(());
+        };
+        let b = behind.as_leaf().expect("a leaf");
+        let l = leaf.as_leaf().expect("a leaf");
+        if l.is_empty() || b.key(b.len() - 1) < l.key(0) {
+            return Ok(());
+        }
+        Err(match leaf.location() {
+            Some(loc) => BtreeError::Corrupt {
+                page: loc.page,
+                reason: "a leaf whose keys do not follow the previous leaf's (a subtree \
+                         reached twice?)",
+            },
+            None => BtreeError::Invariant("a scan met keys out of order in memory".into()),
+        })
     }
 
     fn step(&mut self) -> Result<Option<Entry>, BtreeError> {
@@ -264,6 +296,7 @@ impl Iterator for Range<'_> {
             self.done = true;
             self.stack.clear();
             self.leaf = None;
+            self.behind = None;
         }
         item
     }

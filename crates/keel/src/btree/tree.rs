@@ -6,6 +6,7 @@ use std::ops::Bound;
 use std::sync::Arc;
 
 use super::batch::with_value;
+use super::bound::Visited;
 use super::cache::PageSource;
 use super::leaf::{Leaf, ValueRef};
 use super::limits::MAX_VALUE_BYTES;
@@ -297,7 +298,8 @@ impl TreeMut {
         let mut w = Self::writer(src, self.page_size, &mut self.freed, &mut self.created);
         let root = self.root.as_mut().expect("the range holds a key");
         let node = w.make_mut(root);
-        let removed = w.remove_range(node, &KeyRange { start, end })?;
+        let mut seen = Visited::default();
+        let removed = w.remove_range(node, &KeyRange { start, end }, &mut seen)?;
         if let Some(root) = self.root.as_mut() {
             // The root is this writer's: the removal changed it.
             let node = Arc::get_mut(root).expect("a changed root belongs to its writer");

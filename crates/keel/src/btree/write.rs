@@ -11,6 +11,7 @@
 use std::ops::Bound;
 use std::sync::Arc;
 
+use super::bound::{Visited, TREE_PAGE_TWICE};
 use super::cache::PageSource;
 use super::children::Child;
 use super::leaf::{Leaf, OverflowValue, ValueRef};
@@ -99,6 +100,20 @@ impl Writer<'_> {
         Ok(self.make_mut(mem.as_mut().expect("loaded")))
     }
 
+    /// [`Writer::child_mut`] for an edge of a range removal, noting the
+    /// child's page in `seen`.
+    fn edge_mut<'n>(
+        &mut self,
+        branch: &'n mut Branch,
+        i: usize,
+        seen: &mut Visited,
+    ) -> Result<&'n mut Node, BtreeError> {
+        if let Some(loc) = branch.child_location(i) {
+            seen.enter(loc.page, TREE_PAGE_TWICE)?;
+        }
+        self.child_mut(branch, i)
+    }
+
     /// Report the pages of a value that left the tree.
     /// A value a checkpoint is placing has its pages but no location yet.
     pub(crate) fn free_overflow(&mut self, value: &OverflowValue) -> Result<(), BtreeError> {
@@ -115,8 +130,17 @@ impl Writer<'_> {
     }
 
     /// Report every page of a subtree that left the tree; returns the
-    /// number of entries it held.
-    pub(crate) fn free_subtree(&mut self, child: &Child, level: u8) -> Result<u64, BtreeError> {
+    /// number of entries it held. `seen` holds the pages the removal
+    /// reached so far.
+    pub(crate) fn free_subtree(
+        &mut self,
+        child: &Child,
+        level: u8,
+        seen: &mut Visited,
+    ) -> Result<u64, BtreeError> {
+        if let Some(loc) = child.location() {
+            seen.enter(loc.page, TREE_PAGE_TWICE)?;
+        }
         let node = match child.resolve() {
             Ok(n) => n,
             Err(loc) => load_at_level(self.src, loc, level)?,
@@ -134,7 +158,7 @@ impl Writer<'_> {
             Body::Branch(b) => {
                 let mut entries = 0;
                 for i in 0..b.len() {
-                    entries += self.free_subtree(&b.child(i), level - 1)?;
+                    entries += self.free_subtree(&b.child(i), level - 1, seen)?;
                 }
                 Ok(entries)
             }
@@ -189,11 +213,15 @@ impl Writer<'_> {
 
     /// Remove every key in `range` under `node`; returns how many. The
     /// children wholly inside the range are dropped without being copied;
-    /// only the two at its edges are changed.
+    /// only the two at its edges are changed. Both kinds are walks over
+    /// pages from disk: `seen` holds the pages reached so far, and one
+    /// reached twice (a subtree two parents share, on a damaged file) is
+    /// `Corrupt` rather than a walk of every path to it.
     pub(crate) fn remove_range(
         &mut self,
         node: &mut Node,
         range: &KeyRange<'_>,
+        seen: &mut Visited,
     ) -> Result<u64, BtreeError> {
         match node.body_mut() {
             Body::Leaf(l) => {
@@ -212,7 +240,7 @@ impl Writer<'_> {
                 let mut removed = 0;
                 for _ in first + 1..last {
                     let child = b.remove_child(first + 1);
-                    removed += self.free_subtree(&child, b.level() - 1)?;
+                    removed += self.free_subtree(&child, b.level() - 1, seen)?;
                 }
                 // Both edges are cleared before either is fixed: a merge
                 // of the two (and an even split after it) must not move
@@ -220,12 +248,12 @@ impl Writer<'_> {
                 // take in an emptied sibling.
                 let mut edges = 1;
                 if last > first {
-                    let child = self.child_mut(b, first + 1)?;
-                    removed += self.remove_range(child, range)?;
+                    let child = self.edge_mut(b, first + 1, seen)?;
+                    removed += self.remove_range(child, range, seen)?;
                     edges = 2;
                 }
-                let child = self.child_mut(b, first)?;
-                removed += self.remove_range(child, range)?;
+                let child = self.edge_mut(b, first, seen)?;
+                removed += self.remove_range(child, range, seen)?;
                 for i in (first..first + edges).rev() {
                     if b.child(i).resolve().is_ok_and(|n| n.is_empty()) {
                         b.remove_child(i);

@@ -17,7 +17,8 @@ impl Shared {
         let _one = lock(&self.ckpt_run);
         let meta = self.meta();
         let ps = self.page_size;
-        let fresh = PageCache::new(Arc::clone(&self.data), ps, 1 << 20);
+        let fresh = PageCache::new(Arc::clone(&self.data), ps, 1 << 20)
+            .with_max_value_bytes(self.cache.max_value_bytes());
         let root = (meta.root.page != 0).then_some(Location {
             page: meta.root.page,
             crc: meta.root.crc,

@@ -706,6 +706,8 @@ pub struct Limits {
 }
 
 #[cfg(test)]
+mod bound_tests;
+#[cfg(test)]
 mod edge_tests;
 #[cfg(test)]
 mod run_tests;

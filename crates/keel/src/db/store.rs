@@ -594,7 +594,11 @@ impl Shared {
         )?;
         let (meta, ps) = durable_meta(dir, data.as_ref(), read_only)?;
         let journal = open_journal(dir, &vfs, &options, &meta, read_only)?;
-        let cache = PageCache::new(Arc::clone(&data), ps, options.cache_bytes);
+        // No value longer than the journal's records can hold was ever
+        // written: a longer length is damage, refused before it is read.
+        let max_value = super::txn::max_value_bytes(journal.options().max_record_bytes());
+        let cache = PageCache::new(Arc::clone(&data), ps, options.cache_bytes)
+            .with_max_value_bytes(max_value);
         let root = (meta.root.page != 0).then_some(Location {
             page: meta.root.page,
             crc: meta.root.crc,
@@ -916,6 +920,10 @@ fn open_page_writes(
 }
 
 /// Read the free-list chain of `meta`: its pages, and the pages it lists.
+/// Every number in it comes from disk: a chain that comes back to one of
+/// its pages, or that lists more pages than the meta counts free, fails at
+/// the page where it does, so the walk reads at most `page_count` pages
+/// and keeps at most `free_pages` entries.
 pub(super) fn read_freelist(
     data: &dyn VfsFile,
     ps: PageSize,
@@ -928,18 +936,25 @@ pub(super) fn read_freelist(
         crc: meta.freelist.crc,
     });
     let mut buf = vec![0u8; ps.bytes()];
+    let mut seen = std::collections::HashSet::new();
     while let Some(loc) = next {
-        if pages.len() as u64 >= meta.page_count {
-            return Err("the chain loops".into());
-        }
         if !(FIRST_TREE_PAGE..meta.page_count).contains(&loc.page) {
             return Err(format!("page {} is outside the file", loc.page));
+        }
+        if !seen.insert(loc.page) {
+            return Err(format!("page {}: the chain comes back to it", loc.page));
         }
         data.read_exact_at(&mut buf, loc.page * ps.bytes() as u64)
             .map_err(|e| e.to_string())?;
         let p = freelist::decode(&buf, ps, loc, meta.page_count)
             .map_err(|r| format!("page {}: {r}", loc.page))?;
         pages.push(loc.page);
+        if (free.len() + p.free.len()) as u64 > meta.free_pages {
+            return Err(format!(
+                "page {}: the chain lists more than the meta page's {} free pages",
+                loc.page, meta.free_pages
+            ));
+        }
         free.extend(p.free);
         next = p.next;
     }

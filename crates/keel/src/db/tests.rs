@@ -391,6 +391,10 @@ fn writers_running_during_checkpoints_keep_every_page_accounted_for() {
             }
             taken.load(Relaxed)
         });
+        // A writer that panics (its commit failed) must still stop the
+        // checkpointer: the scope waits for it, and the test would hang
+        // instead of failing.
+        let _stop = StopOnDrop(&stop);
         let mut rng = 0x9e37_79b9_7f4a_7c15u64;
         // At least 400 transactions, and on until 5 checkpoints ran
         // among them (on a busy machine the checkpointer can lag).
@@ -424,6 +428,15 @@ fn writers_running_during_checkpoints_keep_every_page_accounted_for() {
         .collect();
     let want: Vec<(Vec<u8>, Vec<u8>)> = model.into_iter().map(|(k, v)| (k.to_vec(), v)).collect();
     assert_eq!(got, want);
+}
+
+/// Sets its flag when dropped, on a panic's unwinding too.
+struct StopOnDrop<'a>(&'a std::sync::atomic::AtomicBool);
+
+impl Drop for StopOnDrop<'_> {
+    fn drop(&mut self) {
+        self.0.store(true, Relaxed);
+    }
 }
 
 /// Make 20 changes of transaction `round` to `t` and to `model`: among
