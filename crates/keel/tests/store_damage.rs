@@ -161,6 +161,7 @@ fn a_read_only_open_reads_everything_and_changes_no_byte() {
     let (vfs, dir) = store(40, 20);
     damage(&vfs, &dir, 10);
     let before = files(&vfs, &dir);
+    let ops = vfs.op_count();
     let db = builder(&vfs).open_read_only(&dir).unwrap();
     assert!(db.is_read_only());
     check_all(&db, 60);
@@ -173,6 +174,8 @@ fn a_read_only_open_reads_everything_and_changes_no_byte() {
         files(&vfs, &dir) == before,
         "a read-only open changed the store's files"
     );
+    // Not a write, a sync, a rename or a file created: nothing at all.
+    assert_eq!(vfs.op_count(), ops, "a read-only open wrote");
     // Damage to a needed record is refused read-only as well.
     let (vfs, dir) = store(40, 20);
     let last = journal::inspect(vfs.as_ref(), &dir.join(JOURNAL_DIR))

@@ -80,11 +80,14 @@ pub enum DbCommand {
     /// disk's interrupts.
     #[command(after_help = EXIT_CODES)]
     Stats(StoreArgs),
-    /// Check the store: open it (recovery validates the meta pages, the
-    /// journal and every page replay touches), then read every page the
-    /// last checkpoint reaches and verify its checksum, the B+tree's order
-    /// and balance, the overflow chains and the free list, and that every
-    /// page is used exactly once. Exit 1, saying where, on damage.
+    /// Check the store without writing to it: open it read-only (recovery
+    /// validates the meta pages, the journal and every page replay touches,
+    /// and replays the journal in memory), then read every page the last
+    /// checkpoint reaches and verify its checksum, the B+tree's order and
+    /// balance, the overflow chains and the free list, and that every page
+    /// is used exactly once. Exit 1, saying where, on damage (also damaged
+    /// journal records the checkpoint covers); exit 0 with a note for the
+    /// torn tail a crash leaves.
     #[command(after_help = EXIT_CODES)]
     Check(StoreArgs),
     /// Copy what a damaged store's files prove was committed into a new

@@ -183,7 +183,8 @@ pub struct Scan {
     /// nothing, and a writable open finishes zeroing them.
     pub pending_cut: Option<PendingCut>,
     /// Records below the opener's needed LSN that recovery went past (see
-    /// [`scan_needing`]); empty for [`scan`].
+    /// [`JournalOptions::needed_from`](super::JournalOptions::needed_from));
+    /// empty when the opener needs every record.
     pub skipped: Vec<Skipped>,
     /// The base LSN in the header of the chain's first segment: where
     /// numbering goes on when the chain holds no record.
@@ -290,7 +291,7 @@ pub fn walk_segment(
 }
 
 /// [`walk_segment`] from byte `start` (a chain that resumes past damage
-/// the opener does not need: see [`scan_needing`]).
+/// the opener does not need: see `scan_needing`).
 pub fn walk_segment_from(
     bytes: &[u8],
     seq: u64,
@@ -476,7 +477,8 @@ struct Resume {
 }
 
 /// Records recovery went past because the opener does not need them (see
-/// [`scan_needing`]): lost or damaged, and reported.
+/// [`JournalOptions::needed_from`](super::JournalOptions::needed_from)):
+/// lost or damaged, and reported.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Skipped {
     /// The first and last LSN skipped (inclusive). The first is 0 when it
