@@ -188,3 +188,47 @@ fn a_read_only_open_reads_everything_and_changes_no_byte() {
         Err(DbError::Journal(journal::JournalError::Corrupt { .. }))
     ));
 }
+
+/// A data file cut to nothing under a journal that still holds every
+/// commit from the first: opening and creating say it is damaged and name
+/// salvage (not "a creation that never finished"), and salvage replays
+/// the journal onto an empty tree, losing nothing.
+#[test]
+fn a_lost_data_file_is_salvaged_from_a_journal_that_starts_at_the_first_commit() {
+    let vfs = SimVfs::new(5);
+    let dir = PathBuf::from("/s");
+    let db = builder(&vfs).create(&dir).unwrap();
+    for i in 0..40 {
+        let mut w = db.begin_write().unwrap();
+        w.open_table("t").unwrap().insert(key(i), value(i)).unwrap();
+        w.commit().unwrap();
+    }
+    drop(db);
+    let data = vfs
+        .open(
+            &dir.join(keel::db::DATA_FILE),
+            keel::io::OpenOptions::new(keel::io::OpenMode::Buffered),
+        )
+        .unwrap();
+    data.set_len(0).unwrap();
+    drop(data);
+    for e in [
+        builder(&vfs).open(&dir).unwrap_err(),
+        builder(&vfs).create(&dir).unwrap_err(),
+        builder(&vfs).open_read_only(&dir).unwrap_err(),
+    ] {
+        assert!(
+            matches!(&e, DbError::Corrupt { reason, .. } if reason.contains("salvage")),
+            "{e}"
+        );
+    }
+    let options = keel::db::SalvageOptions {
+        vfs: vfs.clone(),
+        ..Default::default()
+    };
+    let report = Database::salvage(&dir, "/new", options).unwrap();
+    assert!(!report.lost_anything(), "{report:?}");
+    let db = builder(&vfs).open("/new").unwrap();
+    check_all(&db, 40);
+    db.check().unwrap();
+}

@@ -116,9 +116,21 @@ fn open_for_check(store: &Path) -> Result<Result<Database, Report>, Failure> {
         // (a creation cut short leaves the same, but `create` finishes that).
         (DbError::NotAStore { .. }, _) if data.is_file() => {
             let len = std::fs::metadata(&data).map_or(0, |m| m.len());
+            // (The store calls it damage when the journal holds commits:
+            // below.)
             let reason = format!(
-                "{DATA_FILE} ({len} bytes) holds no meta page: it was truncated or overwritten \
-                 (or the store's creation never finished: `keel db create` finishes it)"
+                "{DATA_FILE} ({len} bytes) holds no meta page: it was truncated or overwritten, \
+                 or the store's creation never finished (its journal holds no commit: `keel db \
+                 create` finishes it)"
+            );
+            Ok(Err(damaged(store, reason, Some(DATA_FILE), None)))
+        }
+        // The same, under a journal that holds commits: the store says so.
+        (DbError::Corrupt { reason, .. }, _) if reason.contains("data file has no meta page") => {
+            let len = std::fs::metadata(&data).map_or(0, |m| m.len());
+            let reason = format!(
+                "{DATA_FILE} ({len} bytes) holds no meta page: its journal holds commits, so the \
+                 data file was truncated or overwritten"
             );
             Ok(Err(damaged(store, reason, Some(DATA_FILE), None)))
         }

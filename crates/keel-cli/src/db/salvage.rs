@@ -112,6 +112,12 @@ fn choice_text(c: &MetaChoice) -> (String, &'static str) {
             ),
             "whole_tree",
         ),
+        MetaChoice::JournalFromTheStart => (
+            "neither meta page is valid; the journal holds every commit from lsn 1, replayed \
+             onto an empty tree"
+                .into(),
+            "journal_from_the_start",
+        ),
         _ => ("".into(), "other"),
     }
 }

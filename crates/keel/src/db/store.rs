@@ -496,6 +496,29 @@ fn initialized(vfs: &dyn Vfs, dir: &Path) -> Result<bool> {
     Ok(!(Meta::decode(&a) == Err(MetaError::Blank) && Meta::decode(&b) == Err(MetaError::Blank)))
 }
 
+/// A data file with no meta page: a creation cut short if the journal
+/// holds no commit (`create` finishes it), damage if it does (the data file
+/// was cut short or overwritten behind the store's back). Looks at the
+/// journal without changing it.
+fn without_meta(vfs: &dyn Vfs, dir: &Path) -> DbError {
+    let committed = crate::journal::inspect(vfs, &dir.join(JOURNAL_DIR))
+        .is_ok_and(|scan| scan.last_lsn.is_some());
+    if committed {
+        corrupt(
+            dir,
+            "its data file has no meta page but its journal holds commits: the data file was \
+             cut short or overwritten. `keel db salvage` (Database::salvage) replays the journal \
+             into a new store when it still holds every commit from the first",
+        )
+    } else {
+        not_a_store(
+            dir,
+            "its data file has no meta page (a creation that never finished: `create` finishes \
+             it)",
+        )
+    }
+}
+
 /// Lay down a new store in `dir` (which is locked): the journal first, then
 /// the data file with its first meta page, each made durable.
 fn initialize(vfs: &Arc<dyn Vfs>, dir: &Path, options: &Options) -> Result<()> {
@@ -548,11 +571,9 @@ impl Shared {
             e => e.into(),
         })?;
         if !initialized(vfs.as_ref(), dir)? {
-            if !create {
-                return Err(not_a_store(
-                    dir,
-                    "its data file has no meta page (a creation that never finished?)",
-                ));
+            let lost = without_meta(vfs.as_ref(), dir);
+            if !create || matches!(lost, DbError::Corrupt { .. }) {
+                return Err(lost);
             }
             initialize(&vfs, dir, &options)?;
         }
@@ -572,10 +593,7 @@ impl Shared {
             e => e.into(),
         })?;
         if !initialized(vfs.as_ref(), dir)? {
-            return Err(not_a_store(
-                dir,
-                "its data file has no meta page (a creation that never finished?)",
-            ));
+            return Err(without_meta(vfs.as_ref(), dir));
         }
         Self::recover(dir, options, guard, true)
     }

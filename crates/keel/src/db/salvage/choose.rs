@@ -57,6 +57,20 @@ pub(super) fn choose(
     options: &SalvageOptions,
 ) -> Result<Choice> {
     let mut starts = candidates(source, journal);
+    if starts.is_empty() {
+        if let Some(start) = from_nothing(journal) {
+            let [e0, e1] = source
+                .metas
+                .each_ref()
+                .map(|m| m.err().map(|e| e.to_string()).unwrap_or_default());
+            return Ok(Choice {
+                start,
+                other: None,
+                other_error: Some(format!("page 0: {e0}; page 1: {e1}")),
+                why: MetaChoice::JournalFromTheStart,
+            });
+        }
+    }
     let Some(mut start) = starts.pop() else {
         let [e0, e1] = source
             .metas
@@ -97,6 +111,40 @@ pub(super) fn choose(
         other: Some(other.meta),
         other_error,
         why,
+    })
+}
+
+/// Neither meta page is valid (a data file cut short or overwritten), but
+/// the journal holds the store's commits from its very first, LSN 1:
+/// replayed onto an empty tree they give the store back. The page size is
+/// the default's (the data file no longer says which it was).
+fn from_nothing(journal: &JournalSalvage) -> Option<Start> {
+    let store_id = journal.store_id?;
+    let run = journal.follow(0);
+    run.records.first()?;
+    let page_size = crate::btree::DEFAULT_PAGE_BYTES;
+    let tree = Meta {
+        page_size: page_size as u32,
+        generation: 0,
+        checkpoint_lsn: 0,
+        root: Default::default(),
+        page_count: crate::btree::FIRST_TREE_PAGE,
+        freelist: Default::default(),
+        free_pages: 0,
+        journal_id: store_id,
+    };
+    Some(Start {
+        meta: SalvageMeta {
+            slot: 0,
+            generation: 0,
+            checkpoint_lsn: 0,
+            page_size,
+            page_count: tree.page_count,
+            reach_lsn: run.next_lsn - 1,
+        },
+        tree,
+        run,
+        journal_applies: true,
     })
 }
 

@@ -44,6 +44,10 @@ pub enum MetaChoice {
         /// The newer tree's pages that failed.
         newer_damaged_pages: Vec<PageNo>,
     },
+    /// Neither meta page is valid, and the journal holds every commit from
+    /// LSN 1: salvage replays it onto an empty tree (the meta reported is
+    /// that empty tree's, with the default page size).
+    JournalFromTheStart,
 }
 
 /// Why salvage took no journal record past [`SalvageReport::last_lsn`].
