@@ -232,3 +232,63 @@ fn a_lost_data_file_is_salvaged_from_a_journal_that_starts_at_the_first_commit()
     check_all(&db, 40);
     db.check().unwrap();
 }
+
+/// A segment cut short whose records the checkpoint covers (the chain
+/// resumes past it) opens and is reported; cut short where it held needed
+/// records, it is refused.
+#[test]
+fn a_shortened_segment_is_refused_only_where_it_held_needed_records() {
+    let mut seen = [false; 2];
+    for (checkpointed, after) in [(200, 40), (0, 200)] {
+        let vfs = SimVfs::new(9);
+        let dir = PathBuf::from("/s");
+        let db = Database::builder()
+            .vfs(vfs.clone())
+            .journal(JournalOptions {
+                segment_size_bytes: 64 << 10,
+                ..JournalOptions::default()
+            })
+            .background_checkpoints(false)
+            .create(&dir)
+            .unwrap();
+        let put = |i: u32| {
+            let mut w = db.begin_write().unwrap();
+            w.open_table("t").unwrap().insert(key(i), value(i)).unwrap();
+            w.commit().unwrap();
+        };
+        (0..checkpointed).for_each(put);
+        db.checkpoint().unwrap();
+        (checkpointed..checkpointed + after).for_each(put);
+        let covered = db.stats().checkpoint_lsn;
+        drop(db);
+        let scan = journal::inspect(vfs.as_ref(), &dir.join(JOURNAL_DIR)).unwrap();
+        let first = scan.segments.iter().find(|s| s.in_chain).unwrap();
+        // What the cut loses: its second half's records, up to the next
+        // segment's first.
+        let cut = first.file_len / 2;
+        let lost_from = first.records.iter().find(|r| r.pos >= cut).unwrap().lsn;
+        let needed_lost =
+            lost_from > covered || first.records.last().is_some_and(|r| r.lsn > covered);
+        let file = vfs
+            .open(
+                &first.path,
+                keel::io::OpenOptions::new(keel::io::OpenMode::Buffered),
+            )
+            .unwrap();
+        file.set_len(cut).unwrap();
+        drop(file);
+        seen[usize::from(needed_lost)] = true;
+        let what =
+            format!("{checkpointed}+{after}, checkpoint {covered}, cut from lsn {lost_from}");
+        match builder(&vfs).open(&dir) {
+            Ok(db) if !needed_lost => {
+                check_all(&db, checkpointed + after);
+                assert!(!db.journal().recovery_report().skipped.is_empty(), "{what}");
+            }
+            Err(DbError::Journal(journal::JournalError::Corrupt { .. })) if needed_lost => {}
+            Err(e) => panic!("{what}: {e}"),
+            Ok(_) => panic!("{what}: opened with needed records cut away"),
+        }
+    }
+    assert_eq!(seen, [true, true], "both cases ran");
+}

@@ -628,7 +628,7 @@ fn scan_at(
         };
         match header {
             // Below where the chain resumes: records the opener does not
-            // need.
+            // need (so its damage — a wrong length too — is not counted).
             _ if below_resume => {}
             // A segment being prepared or recycled: not part of the chain,
             // and it ends the chain if the chain was waiting for it.
