@@ -564,9 +564,10 @@ pub struct Target {
     pub first_lost: Option<Lsn>,
     /// The damaged segment (its `seq`).
     pub seq: Option<u64>,
-    /// The segment and byte a refusal names: where recovery's chain stops
-    /// (the end of the last good record before the damage), or, for a
-    /// file cut short, where it ends now.
+    /// The segment and byte a refusal, or the report of what recovery
+    /// skipped, names: where recovery's chain stops (the end of the last
+    /// good record before the damage), a damaged header below the chain,
+    /// or, for a file cut short, where it ends now.
     pub named: Option<(u64, u64)>,
     /// The damaged data-file page, and the keys (of [`TABLE`]) its leaf
     /// held.
@@ -648,19 +649,26 @@ pub fn damage(store: &Path, b: &Built, row: Row, col: Col) -> Target {
                 Zero => "zeroed record",
                 _ => "cut its segment short in record",
             };
+            // Recovery's chain stops at the end of the record before the
+            // damaged one; before a segment's first record, zeroed, it
+            // stops at the end of the segment before (zeros there are a
+            // clean end); and a cut no later record contradicts is
+            // refused for the file's length alone.
             let before = seg.records.iter().take_while(|x| x.lsn < r.lsn).last();
-            let chain_stop = before.map_or(BLOCK_BYTES, |p| p.end());
-            // A cut no later record contradicts is refused for the file's
-            // length alone.
-            let named = match (row, col) {
-                (Cut, LastWrite | Released) => middle,
-                _ => chain_stop,
+            let named = match (row, col, before) {
+                (Cut, LastWrite, _) => (seg.seq, middle),
+                (_, _, Some(p)) => (seg.seq, p.end()),
+                (Zero, _, None) => {
+                    let prev = &b.segments[i - 1];
+                    (prev.seq, prev.records.last().unwrap().end())
+                }
+                (_, _, None) => (seg.seq, BLOCK_BYTES),
             };
             let what = format!("{what} lsn {} (segment {}, byte {})", r.lsn, seg.seq, r.pos);
             Target {
                 lsn: Some(r.lsn),
                 first_lost,
-                ..Target::journal(what, seg.seq, (seg.seq, named))
+                ..Target::journal(what, seg.seq, named)
             }
         }
         Header => {
@@ -671,9 +679,12 @@ pub fn damage(store: &Path, b: &Built, row: Row, col: Col) -> Target {
                 LastWrite => unreachable!("not applicable"),
             };
             let seg = &b.segments[i];
-            flip(&in_copy(store, seg), 20); // inside the store id
-                                            // A damaged header ends the chain before the segment, and the
-                                            // refusal names that end: the previous segment's last record's.
+            // A byte inside the store id.
+            flip(&in_copy(store, seg), 20);
+            // A damaged header in the chain ends the chain before the
+            // segment, and the refusal names that end: the end of the
+            // segment before's last record. Below where the chain starts
+            // again, the header is named itself.
             let s = &b.segments[b.s];
             let named = match col {
                 Before => (s.seq, s.records.last().unwrap().end()),
