@@ -182,32 +182,34 @@ use Loss::*;
 use Open::*;
 use Row::*;
 
-/// The matrix, as `docs/testing.md` states it.
+/// The matrix, as `docs/testing.md` ("The damage matrix") states it, with
+/// why each cell is what it is.
+#[rustfmt::skip]
 pub const MATRIX: [Cell; 24] = [
-    cell(Flip, LastWrite, TornTail, Residual, "no later record vouches for it (the residual)"),
+    cell(Flip, LastWrite, TornTail, Residual, "nothing later vouches for it"),
     cell(Flip, Before, Corrupt, FromDamaged, "a later record claims it durable"),
     cell(Flip, Covered, Skipped, Nothing, "the checkpoint holds it"),
     cell(Flip, Released, Skipped, Nothing, "the checkpoint holds it"),
-    cell(Zero, LastWrite, TornTail, Residual, "no later record vouches for it (the residual)"),
+    cell(Zero, LastWrite, TornTail, Residual, "nothing later vouches for it"),
     cell(Zero, Before, Corrupt, FromDamaged, "a later record claims it durable"),
     cell(Zero, Covered, Skipped, Nothing, "the checkpoint holds it"),
     cell(Zero, Released, Skipped, Nothing, "the checkpoint holds it"),
-    cell(Cut, LastWrite, Corrupt, CutFromDamaged, "no crash changes a segment's length"),
-    cell(Cut, Before, Corrupt, CutFromDamaged, "no crash changes a segment's length"),
-    cell(Cut, Covered, Corrupt, CutFromDamaged, "the cut takes the needed records after it in the file too"),
+    cell(Cut, LastWrite, Corrupt, CutFromDamaged, "no crash changes a file's length"),
+    cell(Cut, Before, Corrupt, CutFromDamaged, "no crash changes a file's length"),
+    cell(Cut, Covered, Corrupt, CutFromDamaged, "the needed records after it go too"),
     cell(Cut, Released, Skipped, Nothing, "the segment holds only covered records"),
-    none(Header, LastWrite, "a segment header is written when the segment is prepared, never by a commit's write"),
-    cell(Header, Before, Corrupt, Nothing, "later records claim the segment's records durable; salvage reads them by their checksums"),
-    cell(Header, Covered, Corrupt, Nothing, "the segment's needed records cannot be chained; salvage reads them by their checksums"),
+    none(Header, LastWrite, "commits do not write segment headers"),
+    cell(Header, Before, Corrupt, Nothing, "later records claim its records durable"),
+    cell(Header, Covered, Corrupt, Nothing, "its needed records cannot be chained"),
     cell(Header, Released, Skipped, Nothing, "the segment holds only covered records"),
-    none(Leaf, LastWrite, "commits do not write the data file; checkpoints do"),
-    none(Leaf, Before, "commits do not write the data file; checkpoints do"),
-    cell(Leaf, Covered, BadPage, LeafRange, "a leaf both trees hold: its commits are in no needed record"),
-    cell(Leaf, Released, Whole, Nothing, "a leaf only the older meta's tree holds, freed by the last checkpoint and not reused"),
-    none(Meta, LastWrite, "commits do not write meta pages; checkpoints do"),
-    none(Meta, Before, "commits do not write meta pages; checkpoints do"),
-    cell(Meta, Covered, Whole, Nothing, "the older meta and the journal since its checkpoint (in released, unrecycled segments) hold every commit: what a torn meta write leaves"),
-    none(Meta, Released, "a meta page is in no segment; the cell above already needs the released segments"),
+    none(Leaf, LastWrite, "commits do not write the data file"),
+    none(Leaf, Before, "commits do not write the data file"),
+    cell(Leaf, Covered, BadPage, LeafRange, "a leaf both trees hold"),
+    cell(Leaf, Released, Whole, Nothing, "a leaf only the older tree holds"),
+    none(Meta, LastWrite, "commits do not write meta pages"),
+    none(Meta, Before, "commits do not write meta pages"),
+    cell(Meta, Covered, Whole, Nothing, "the older meta and the journal hold all"),
+    none(Meta, Released, "a meta page is in no segment"),
 ];
 
 /// A commit: its key and value (one put into [`TABLE`]).
@@ -218,10 +220,11 @@ pub type Commit = (Vec<u8>, Vec<u8>);
 pub struct Segment {
     pub seq: u64,
     pub path: PathBuf,
-    /// Its records: (LSN, byte offset, payload length, `durable_lsn`).
+    /// Its records, in the chain's order.
     pub records: Vec<Rec>,
 }
 
+/// A record of recovery's chain.
 #[derive(Debug, Clone, Copy)]
 pub struct Rec {
     pub lsn: Lsn,
@@ -472,11 +475,10 @@ fn finish(
     let mut commits = BTreeMap::new();
     let mut lsn = 0;
     for seg in &segments {
-        let info: Vec<_> = seg.records.iter().collect();
-        for r in info {
+        let bytes = std::fs::read(&seg.path).unwrap();
+        for r in &seg.records {
             assert_eq!(r.lsn, lsn + 1, "the chain holds every record from lsn 1");
             lsn = r.lsn;
-            let bytes = std::fs::read(&seg.path).unwrap();
             let payload = &bytes[(r.pos as usize + RECORD_HEADER_BYTES)..r.end() as usize];
             let found: BTreeSet<&[u8]> = payload
                 .windows(KEY_BYTES)
