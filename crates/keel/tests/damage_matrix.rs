@@ -44,8 +44,15 @@ fn contents(db: &Database) -> Contents {
         .collect()
 }
 
-/// The opened store (or its refusal) against the cell's promise.
-fn check_open(b: &Built, open: Open, t: &Target, got: Result<Database, DbError>, how: &str) {
+/// The opened store (or its refusal) against the cell's promise; the
+/// store when it opened with the commits it should hold.
+fn check_open(
+    b: &Built,
+    open: Open,
+    t: &Target,
+    got: Result<Database, DbError>,
+    how: &str,
+) -> Option<(Database, Contents)> {
     let db = match (open, got) {
         (Open::Corrupt, Err(DbError::Journal(JournalError::Corrupt { seq, pos, .. }))) => {
             assert_eq!(
@@ -53,7 +60,7 @@ fn check_open(b: &Built, open: Open, t: &Target, got: Result<Database, DbError>,
                 t.named,
                 "{how}: the place the refusal names"
             );
-            return;
+            return None;
         }
         (Open::Corrupt, Err(e)) => panic!("{how}: refused, but not as corruption: {e}"),
         (Open::Corrupt, Ok(db)) => panic!(
@@ -65,14 +72,14 @@ fn check_open(b: &Built, open: Open, t: &Target, got: Result<Database, DbError>,
         (_, Ok(db)) => db,
     };
     let report = db.journal().recovery_report().clone();
+    let want = match open {
+        Open::TornTail => b.model_upto(t.lsn.unwrap() - 1),
+        _ => b.model_upto(b.last),
+    };
     match open {
         Open::TornTail => {
             let d = t.lsn.unwrap();
-            assert_eq!(
-                contents(&db),
-                b.model_upto(d - 1),
-                "{how}: every commit before lsn {d}"
-            );
+            assert_eq!(contents(&db), want, "{how}: every commit before lsn {d}");
             assert_eq!(report.last_lsn, Some(d - 1), "{how}");
             assert!(report.skipped.is_empty(), "{how}: {:?}", report.skipped);
         }
@@ -100,10 +107,28 @@ fn check_open(b: &Built, open: Open, t: &Target, got: Result<Database, DbError>,
             assert_eq!(contents(&db), b.model_upto(b.last), "{how}: every commit");
             assert!(report.skipped.is_empty(), "{how}: {:?}", report.skipped);
         }
-        Open::BadPage => return check_bad_page(b, t, &db, how),
+        Open::BadPage => {
+            check_bad_page(b, t, &db, how);
+            return None;
+        }
         Open::Corrupt => unreachable!(),
     }
     db.check().unwrap_or_else(|e| panic!("{how}: check: {e}"));
+    Some((db, want))
+}
+
+/// A store that opened goes on: a commit after the damage survives a
+/// close and a reopen, with every commit before it.
+fn goes_on(b: &Built, path: &Path, db: Database, mut want: Contents) {
+    let (k, v) = (b"z-after-damage".to_vec(), b"AFTER".to_vec());
+    let mut w = db.begin_write().unwrap();
+    w.open_table(TABLE).unwrap().insert(&k, &v).unwrap();
+    w.commit().unwrap();
+    db.close().unwrap();
+    want.insert(k, v);
+    let db = builder(b.mode).open(path).unwrap();
+    assert_eq!(contents(&db), want, "after a commit, a close and a reopen");
+    db.check().unwrap();
 }
 
 /// A damaged leaf: reads through it fail naming it, every other commit
@@ -215,7 +240,9 @@ fn run_cell(root: &Path, b: &Built, cell: &Cell, open: Open) -> String {
         matrix::files(&store) == before,
         "a read-only open changed the store"
     );
-    check_open(b, open, &t, builder(b.mode).open(&store), "open");
+    if let Some((db, want)) = check_open(b, open, &t, builder(b.mode).open(&store), "open") {
+        goes_on(b, &store, db, want);
+    }
     let lost = match report.lost_lsns {
         Some((a, z)) => format!("lsn {a}..={z}"),
         None if report.lost_anything() => "see notes".into(),
