@@ -181,25 +181,34 @@ fn check_open(db: &Database, store: &Path) -> Report {
     };
     if let Some((seq, pos, why @ StopReason::Damaged(_))) = &journal.stop {
         report.notes.push(format!(
-            "the journal ends at segment {seq} byte {pos} ({why}): records from lsn {} on were \
-             never durable (no later record says otherwise) — the torn tail a crash leaves; \
-             every acknowledged commit is kept",
+            "the journal ends at segment {seq} byte {pos} ({why}): no later record says lsn {} \
+             was ever durable — the torn tail a crash leaves, which loses no acknowledged \
+             commit (damage inside the journal's last write, with nothing written after it, \
+             looks the same: docs/format.md, \"Recovery modes\")",
             journal.last_lsn.map_or(1, |l| l + 1)
         ));
     }
-    if let Some(k) = journal.skipped.first() {
+    if !journal.skipped.is_empty() {
         report.status = "damaged";
         report.file = Some("journal");
-        let (a, b) = k.lsns;
-        let lsns = if a == 0 {
-            format!("up to lsn {b}")
-        } else {
-            format!("lsn {a}..={b}")
-        };
+        // Every place: a damaged header below the chain comes after the
+        // end of the segment before it, and names the segment itself.
+        let places: Vec<String> = journal
+            .skipped
+            .iter()
+            .map(|k| {
+                let lsns = match k.lsns {
+                    (0, b) => format!("up to lsn {b}"),
+                    (a, b) => format!("lsn {a}..={b}"),
+                };
+                format!("{lsns} (segment {} byte {}: {})", k.seq, k.pos, k.reason)
+            })
+            .collect();
         report.reason = Some(format!(
-            "journal records {lsns} are damaged or missing (segment {} byte {}: {}); the \
-             checkpoint (lsn {}) holds them, so the store opens and keeps every commit",
-            k.seq, k.pos, k.reason, s.checkpoint_lsn
+            "journal records {} are damaged or missing; the checkpoint (lsn {}) holds them, so \
+             the store opens and keeps every commit",
+            places.join(" and "),
+            s.checkpoint_lsn
         ));
     }
     report

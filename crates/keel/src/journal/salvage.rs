@@ -46,6 +46,8 @@ pub(crate) struct Found {
 #[derive(Debug, Clone)]
 pub(crate) struct SegmentFile {
     pub path: PathBuf,
+    /// The sequence number in its name.
+    pub seq: u64,
     /// The segment size its header states, when the header is valid.
     pub segment_size: Option<u64>,
 }
@@ -61,6 +63,9 @@ pub(crate) struct Note {
     /// Whether the damage itself proves bytes of records gone (a file cut
     /// short), beyond the records the run of LSNs misses.
     pub loses_data: bool,
+    /// The file is shorter than its header says: what followed `pos` is
+    /// gone.
+    pub cut_short: bool,
 }
 
 /// What a salvage read found in a journal directory.
@@ -128,6 +133,7 @@ impl JournalSalvage {
             }
             out.segments.push(SegmentFile {
                 path: seg.path.clone(),
+                seq: seg.seq,
                 segment_size: seg.header.ok().map(|h| h.segment_size),
             });
         }
@@ -292,6 +298,7 @@ fn notes(scan: &super::Scan) -> Vec<Note> {
                      checksums"
                 ),
                 loses_data: false,
+                cut_short: false,
             }),
             Ok(h) if h.segment_size != seg.file_len => notes.push(Note {
                 seq: seg.seq,
@@ -304,6 +311,7 @@ fn notes(scan: &super::Scan) -> Vec<Note> {
                     seg.file_len.min(h.segment_size)
                 ),
                 loses_data: seg.file_len < h.segment_size,
+                cut_short: seg.file_len < h.segment_size,
             }),
             Ok(_) => {}
         }
@@ -314,6 +322,7 @@ fn notes(scan: &super::Scan) -> Vec<Note> {
             pos: *pos,
             what: format!("recovery's chain of records stops here: {reason}"),
             loses_data: false,
+            cut_short: false,
         });
     }
     for path in &scan.set_aside {
@@ -326,6 +335,7 @@ fn notes(scan: &super::Scan) -> Vec<Note> {
                 path.display()
             ),
             loses_data: true,
+            cut_short: false,
         });
     }
     notes

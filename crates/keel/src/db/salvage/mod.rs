@@ -146,6 +146,7 @@ pub(super) fn run(from: &Path, to: &Path, options: SalvageOptions) -> Result<Sal
         other_error,
         why,
     } = choose::choose(from, &source, &journal, &options)?;
+    notes.extend(journal.notes.iter().map(|n| note(n, &journal, &start)));
     if !start.journal_applies {
         notes.push(foreign_journal(&journal, &start));
     }
@@ -246,7 +247,8 @@ fn write_new<'s>(
 }
 
 /// Read the journal; a missing or empty journal directory is an empty
-/// journal, noted as damage.
+/// journal, noted as damage. (The damage the journal's files show is
+/// noted once the meta page is chosen: see [`note`].)
 fn read_journal(
     vfs: &dyn Vfs,
     from: &Path,
@@ -270,10 +272,7 @@ fn read_journal(
         return Ok((JournalSalvage::default(), notes));
     }
     match JournalSalvage::read(vfs, &dir, &mut progress) {
-        Ok(j) => {
-            let notes = j.notes.iter().map(note).collect();
-            Ok((j, notes))
-        }
+        Ok(j) => Ok((j, Vec::new())),
         Err(JournalError::NotAJournal(_)) => Ok((
             JournalSalvage::default(),
             vec![missing("the journal directory holds no segment file")],
@@ -282,12 +281,30 @@ fn read_journal(
     }
 }
 
-fn note(n: &Note) -> JournalNote {
+/// The report's note of damage in the journal's files. A file cut short
+/// loses data — unless the run salvage applies starts in a later file:
+/// a journal's records follow each other in file order, so every record
+/// the cut file held, cut or not, lies below the run's first, and the
+/// checkpoint the run starts from covers it (a released segment cut
+/// short loses nothing).
+fn note(n: &Note, journal: &JournalSalvage, start: &Start) -> JournalNote {
+    let first = start.run.records.first();
+    let covered = n.cut_short
+        && start.journal_applies
+        && first.is_some_and(|r| journal.segments[r.segment].seq > n.seq);
+    let mut what = n.what.clone();
+    if covered {
+        what += &format!(
+            ", but every record it held lies below lsn {}: the checkpoint (lsn {}) covers them",
+            start.meta.checkpoint_lsn + 1,
+            start.meta.checkpoint_lsn
+        );
+    }
     JournalNote {
         segment: n.seq,
         pos: n.pos,
-        what: n.what.clone(),
-        loses_data: n.loses_data,
+        what,
+        loses_data: n.loses_data && !covered,
     }
 }
 
