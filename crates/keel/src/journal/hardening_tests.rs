@@ -663,3 +663,33 @@ fn an_interrupted_truncation_is_finished_by_the_next_open() {
         "records from before the cut are left past the chain"
     );
 }
+
+/// A damaged header in the middle of the chain is named as such: the
+/// chain ends cleanly in the segment before it, and the refusal says the
+/// next segment's header is what is damaged (not the intact place where
+/// the chain stopped).
+#[test]
+fn a_damaged_header_inside_the_chain_is_named() {
+    let (vfs, dir) = sim(14);
+    let j = Journal::open(vfs.clone(), &dir, small_options()).unwrap();
+    for i in 1..=40 {
+        j.append(&payload(i, 3000)).unwrap();
+    }
+    drop(j);
+    vfs.corrupt(&dir.join(format::segment_file_name(2)), 20, &[0xff])
+        .unwrap();
+    let strict = JournalOptions {
+        recovery_mode: RecoveryMode::RefuseCorruption,
+        ..small_options()
+    };
+    match Journal::open(vfs, &dir, strict) {
+        Err(JournalError::Corrupt {
+            seq, pos, reason, ..
+        }) => {
+            assert_eq!((seq, pos), (2, 0), "{reason}");
+            assert!(reason.contains("header is not valid"), "{reason}");
+        }
+        Err(e) => panic!("{e}"),
+        Ok(_) => panic!("a damaged header before durable records was accepted"),
+    }
+}

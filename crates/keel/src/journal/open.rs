@@ -423,9 +423,23 @@ fn set_aside_damaged(
 /// crash cannot explain.
 fn refuse_corruption(found: &scan::Scan) -> Result<(), JournalError> {
     if let (Some(e), Some((seq, pos, reason))) = (found.valid_after_damage, &found.stop) {
+        // A chain that ends cleanly at a segment's end stopped because the
+        // next segment could not go on: name that one when its header is
+        // what is damaged.
+        let next_header = found
+            .segments
+            .iter()
+            .find(|s| s.seq == seq + 1 && !s.in_chain)
+            .and_then(|s| s.header.err());
+        let (seq, pos, reason) = match (reason, next_header) {
+            (scan::StopReason::CleanEnd | scan::StopReason::SegmentEnd, Some(h)) => {
+                (seq + 1, 0, format!("its header is not valid ({h})"))
+            }
+            _ => (*seq, *pos, reason.to_string()),
+        };
         return Err(JournalError::Corrupt {
-            seq: *seq,
-            pos: *pos,
+            seq,
+            pos,
             reason: format!(
                 "{reason}, but record {} (segment {}, byte {}) says every record up to {} was \
                  durable",

@@ -683,15 +683,10 @@ pub fn damage(store: &Path, b: &Built, row: Row, col: Col) -> Target {
             let seg = &b.segments[i];
             // A byte inside the store id.
             flip(&in_copy(store, seg), 20);
-            // A damaged header in the chain ends the chain before the
-            // segment, and the refusal names that end: the end of the
-            // segment before's last record. Below where the chain starts
-            // again, the header is named itself.
-            let s = &b.segments[b.s];
-            let named = match col {
-                Before => (s.seq, s.records.last().unwrap().end()),
-                _ => (seg.seq, 0),
-            };
+            // A damaged header ends the chain before the segment, and the
+            // refusal names the header itself (byte 0 of its segment), as
+            // it does below where the chain starts again.
+            let named = (seg.seq, 0);
             let what = format!("flipped a byte of segment {}'s header", seg.seq);
             Target::journal(what, seg.seq, named)
         }
