@@ -710,6 +710,8 @@ mod bound_tests;
 #[cfg(test)]
 mod edge_tests;
 #[cfg(test)]
+mod publish_tests;
+#[cfg(test)]
 mod run_tests;
 #[cfg(test)]
 mod tests;
