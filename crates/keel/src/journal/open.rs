@@ -50,15 +50,7 @@ pub(super) fn open(
         torn_reach_bytes: found.tolerated_damage_bytes,
         method,
     };
-    // LSNs go on from the chain's last record, or, when the chain holds
-    // none (emptied by `truncate_after`), from its first segment's base.
-    // An opener that needs nothing below `needed_from` gets LSNs from
-    // there on even if no record reached it (the records between were
-    // skipped as damaged: `Scan::skipped`).
-    let after_chain = found
-        .last_lsn
-        .map_or_else(|| found.base_lsn.unwrap_or(1), |l| l + 1);
-    let next_lsn = after_chain.max(options.needed_from);
+    let (after_chain, next_lsn) = next_lsns(&found, options.needed_from);
     let (active, pos, mut segments) = recover_chain(vfs.as_ref(), &spec, &found, next_lsn)?;
     let mut restarted = Vec::new();
     if next_lsn > after_chain && found.last_lsn.is_some() {
@@ -161,10 +153,7 @@ pub(super) fn open_read_only(
         torn_reach_bytes: found.tolerated_damage_bytes,
         method,
     };
-    let after_chain = found
-        .last_lsn
-        .map_or_else(|| found.base_lsn.unwrap_or(1), |l| l + 1);
-    let next_lsn = after_chain.max(options.needed_from);
+    let (_, next_lsn) = next_lsns(&found, options.needed_from);
     let chain: Vec<&SegmentScan> = found.segments.iter().filter(|s| s.in_chain).collect();
     let last = chain
         .last()
@@ -180,16 +169,7 @@ pub(super) fn open_read_only(
         path: last.path.clone(),
         file,
     };
-    let segments = chain
-        .iter()
-        .map(|s| SegMeta {
-            seq: s.seq,
-            path: s.path.clone(),
-            first_lsn: s.records.first().map(|r| r.lsn),
-            last_lsn: s.records.last().map(|r| r.lsn),
-            first_pos: s.records.first().map_or(spec.block_size as u64, |r| r.pos),
-        })
-        .collect();
+    let segments = chain_metas(&chain, spec.block_size);
     let report = RecoveryReport {
         first_lsn: found.first_lsn,
         last_lsn: found.last_lsn,
@@ -217,6 +197,33 @@ pub(super) fn open_read_only(
         flusher: None,
         report,
     })
+}
+
+/// The LSN after the chain's last record (or, when the chain holds none —
+/// emptied by `truncate_after` — its first segment's base), and the next
+/// LSN the journal gives: at least `needed_from`, since an opener that
+/// needs nothing below it gets LSNs from there on even if no record
+/// reached it (the records between were skipped as damaged:
+/// `Scan::skipped`).
+fn next_lsns(found: &scan::Scan, needed_from: Lsn) -> (Lsn, Lsn) {
+    let after_chain = found
+        .last_lsn
+        .map_or_else(|| found.base_lsn.unwrap_or(1), |l| l + 1);
+    (after_chain, after_chain.max(needed_from))
+}
+
+/// The writer's view of the recovered chain's segments.
+fn chain_metas(chain: &[&SegmentScan], block_size: usize) -> Vec<SegMeta> {
+    chain
+        .iter()
+        .map(|s| SegMeta {
+            seq: s.seq,
+            path: s.path.clone(),
+            first_lsn: s.records.first().map(|r| r.lsn),
+            last_lsn: s.records.last().map(|r| r.lsn),
+            first_pos: s.records.first().map_or(block_size as u64, |r| r.pos),
+        })
+        .collect()
 }
 
 /// The write method to use (`options.method`, or the fastest this file
@@ -313,16 +320,7 @@ fn recover_chain(
         f.sync(SyncKind::Data)?;
     }
     vfs.sync_dir(&spec.dir)?;
-    let metas = chain
-        .iter()
-        .map(|s| SegMeta {
-            seq: s.seq,
-            path: s.path.clone(),
-            first_lsn: s.records.first().map(|r| r.lsn),
-            last_lsn: s.records.last().map(|r| r.lsn),
-            first_pos: s.records.first().map_or(spec.block_size as u64, |r| r.pos),
-        })
-        .collect();
+    let metas = chain_metas(&chain, spec.block_size);
     Ok((spec.open(vfs, last.seq)?, last.end_pos, metas))
 }
 
