@@ -7,12 +7,11 @@
 
 mod common;
 
-use std::collections::BTreeMap;
 use std::os::unix::fs::FileExt;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Output;
 
-use common::{json, keel, scratch};
+use common::{files, json, keel, scratch};
 use keel::db::{Database, JOURNAL_DIR};
 use keel::io::RealVfs;
 use keel::journal::{self, JournalOptions, RECORD_HEADER_BYTES};
@@ -55,19 +54,6 @@ fn build(store: &Path) -> (u64, u64) {
     // Dropped, not closed: closing would checkpoint the rest.
     drop(db);
     (last, checkpoint)
-}
-
-fn files(dir: &Path) -> BTreeMap<PathBuf, Vec<u8>> {
-    let mut out = BTreeMap::new();
-    for e in std::fs::read_dir(dir).unwrap() {
-        let p = e.unwrap().path();
-        if p.is_dir() {
-            out.extend(files(&p));
-        } else {
-            out.insert(p.clone(), std::fs::read(&p).unwrap());
-        }
-    }
-    out
 }
 
 /// XOR `0x5a` into 16 bytes of the payload of the record with `lsn`.
@@ -116,7 +102,7 @@ fn check_tells_a_torn_tail_from_damage() {
     assert_eq!(code, 0, "{j}");
     let note = j["notes"][0].as_str().unwrap_or_default();
     assert!(
-        note.contains(&format!("lsn {last} on were never durable")),
+        note.contains(&format!("no later record says lsn {last} was ever durable")),
         "{j}"
     );
     assert_eq!(j["checked"]["entries"], 59, "{j}");

@@ -6,12 +6,11 @@
 
 mod common;
 
-use std::collections::BTreeMap;
 use std::os::unix::fs::FileExt;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Output;
 
-use common::{json, keel, scratch};
+use common::{files, json, keel, scratch};
 use keel::db::{Database, JOURNAL_DIR};
 use keel::io::RealVfs;
 use keel::journal::{self, JournalOptions, RECORD_HEADER_BYTES};
@@ -66,19 +65,6 @@ fn build(store: &Path) -> u64 {
     let last = db.begin_read().lsn();
     drop(db);
     last
-}
-
-fn files(dir: &Path) -> BTreeMap<PathBuf, Vec<u8>> {
-    let mut out = BTreeMap::new();
-    for e in std::fs::read_dir(dir).unwrap() {
-        let p = e.unwrap().path();
-        if p.is_dir() {
-            out.extend(files(&p));
-        } else {
-            out.insert(p.clone(), std::fs::read(&p).unwrap());
-        }
-    }
-    out
 }
 
 /// Flip a byte in the payload of the record with `lsn`.
