@@ -19,15 +19,10 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use super::format::{
-    lz4_decode, HeaderError, RecordHeader, FLAG_EPOCH_START, FLAG_LZ4, RECORD_HEADER_BYTES, RH_SEQ,
-};
+use super::format::{lz4_decode, HeaderError, RecordHeader, FLAG_EPOCH_START, FLAG_LZ4};
 use super::scan::{self, StopReason};
 use super::{JournalError, Lsn};
 use crate::io::Vfs;
-
-/// Bytes of the `seq` field of a record header.
-const SEQ_BYTES: usize = std::mem::size_of::<u64>();
 
 /// A record found by its own checksum.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -253,32 +248,16 @@ impl PayloadReader {
 }
 
 /// Every record in `bytes` (segment file `seq`, index `segment`) that
-/// decodes and carries `seq`, searched byte by byte and stepping over
-/// each record found (its payload may hold anything).
+/// decodes and carries `seq` (`scan::valid_records`).
 fn find_records(bytes: &[u8], seq: u64, segment: usize, out: &mut Vec<Found>) {
-    let want = seq.to_le_bytes();
-    let mut p = 0usize;
-    while p + RECORD_HEADER_BYTES <= bytes.len() {
-        // The sequence field first: the cheap test that rules out almost
-        // every offset.
-        if bytes[p + RH_SEQ..p + RH_SEQ + SEQ_BYTES] == want {
-            if let Ok((h, _)) = RecordHeader::decode(&bytes[p..]) {
-                if h.seq == seq && h.lsn != 0 {
-                    out.push(Found {
-                        segment,
-                        pos: p as u64,
-                        lsn: h.lsn,
-                        len: h.len,
-                        salt: h.salt,
-                        flags: h.flags,
-                    });
-                    p += RECORD_HEADER_BYTES + h.len as usize;
-                    continue;
-                }
-            }
-        }
-        p += 1;
-    }
+    out.extend(scan::valid_records(bytes, seq, 0).map(|e| Found {
+        segment,
+        pos: e.pos,
+        lsn: e.lsn,
+        len: e.len,
+        salt: e.salt,
+        flags: e.flags,
+    }));
 }
 
 /// The damage recovery's scan saw, in words: headers that are not valid
@@ -345,6 +324,7 @@ fn notes(scan: &super::Scan) -> Vec<Note> {
 mod tests {
     use super::*;
     use crate::journal::fuzzing::segment_from_recipe;
+    use crate::journal::RECORD_HEADER_BYTES;
 
     /// Records found by the byte search in a segment built from a recipe
     /// (one record per LSN, salt 7): each at its place, and none inside

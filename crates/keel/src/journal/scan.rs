@@ -787,9 +787,10 @@ impl Claims {
     }
 }
 
-/// Every record of segment `seq` that decodes in `bytes[from..]`, in file
-/// order: found byte by byte (a decoded record is skipped whole), so damage
-/// anywhere does not hide what follows it.
+/// Every record of segment `seq` that decodes in `bytes[from..]` (LSN 0,
+/// which no record has, excepted), in file order: found byte by byte (a
+/// decoded record is skipped whole: its payload may hold anything), so
+/// damage anywhere does not hide what follows it.
 pub fn valid_records(bytes: &[u8], seq: u64, from: usize) -> impl Iterator<Item = Evidence> + '_ {
     let seq_bytes = seq.to_le_bytes();
     let mut p = from;
@@ -797,7 +798,10 @@ pub fn valid_records(bytes: &[u8], seq: u64, from: usize) -> impl Iterator<Item 
         while p + RECORD_HEADER_BYTES <= bytes.len() {
             // Checking the segment sequence first makes the search cheap.
             if bytes[p + RH_SEQ..p + RH_SEQ + 8] == seq_bytes {
-                if let Ok((h, _)) = RecordHeader::decode(&bytes[p..]) {
+                if let Some((h, _)) = RecordHeader::decode(&bytes[p..])
+                    .ok()
+                    .filter(|(h, _)| h.lsn != 0)
+                {
                     let at = p;
                     p += RECORD_HEADER_BYTES + h.len as usize;
                     return Some(Evidence {
