@@ -496,6 +496,15 @@ fn initialized(vfs: &dyn Vfs, dir: &Path) -> Result<bool> {
     Ok(!(Meta::decode(&a) == Err(MetaError::Blank) && Meta::decode(&b) == Err(MetaError::Blank)))
 }
 
+/// Take the store's lock (`Locked`, naming the store, when another holder
+/// has it).
+fn lock_store(vfs: &dyn Vfs, dir: &Path) -> Result<Box<dyn LockGuard>> {
+    vfs.lock(&dir.join(LOCK_FILE)).map_err(|e| match e {
+        io::IoError::Locked { .. } => DbError::Locked(dir.to_path_buf()),
+        e => e.into(),
+    })
+}
+
 /// A data file with no meta page: a creation cut short if the journal
 /// holds no commit (`create` finishes it), damage if it does (the data file
 /// was cut short or overwritten behind the store's back). Looks at the
@@ -566,10 +575,7 @@ impl Shared {
         if !vfs.exists(&dir.join(DATA_FILE))? && !create {
             return Err(not_a_store(dir, format!("no {DATA_FILE} in it")));
         }
-        let guard = vfs.lock(&dir.join(LOCK_FILE)).map_err(|e| match e {
-            io::IoError::Locked { .. } => DbError::Locked(dir.to_path_buf()),
-            e => e.into(),
-        })?;
+        let guard = lock_store(vfs.as_ref(), dir)?;
         if !initialized(vfs.as_ref(), dir)? {
             let lost = without_meta(vfs.as_ref(), dir);
             if !create || matches!(lost, DbError::Corrupt { .. }) {
@@ -588,10 +594,7 @@ impl Shared {
         if !vfs.exists(&dir.join(DATA_FILE))? {
             return Err(not_a_store(dir, format!("no {DATA_FILE} in it")));
         }
-        let guard = vfs.lock(&dir.join(LOCK_FILE)).map_err(|e| match e {
-            io::IoError::Locked { .. } => DbError::Locked(dir.to_path_buf()),
-            e => e.into(),
-        })?;
+        let guard = lock_store(vfs.as_ref(), dir)?;
         if !initialized(vfs.as_ref(), dir)? {
             return Err(without_meta(vfs.as_ref(), dir));
         }
