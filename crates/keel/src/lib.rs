@@ -19,6 +19,7 @@ pub mod io;
 pub mod journal;
 mod le;
 pub(crate) mod memtable;
+mod stripe;
 
 /// The examples of `docs/store.md`, compiled and run as doctests.
 #[doc = include_str!("../../../docs/store.md")]

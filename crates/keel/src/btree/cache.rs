@@ -6,14 +6,18 @@
 //! by its first page) so that a read-only memory map can implement it too.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
+
+use crossbeam_epoch::{self as epoch, Guard};
 
 use super::bound::Visited;
 use super::node::{lock, Node};
 use super::page::{decode_node, decode_overflow};
+use super::pagetable::{Cached, PageTable, MAX_PAGES};
 use super::{BtreeError, Location, PageNo, PageSize};
 use crate::io::{AlignedBuf, VfsFile};
+use crate::stripe::Striped;
 
 /// A value read from its overflow chain.
 #[derive(Debug, Clone)]
@@ -29,6 +33,18 @@ pub trait PageSource: Send + Sync {
     /// The node at `loc`, validated: checksum (its own and the one its
     /// referrer recorded), page number, type, layout.
     fn load(&self, loc: Location) -> Result<Arc<Node>, BtreeError>;
+
+    /// The node at `loc` as [`PageSource::load`] checks it, for a reader
+    /// pinned by `guard`: a source that caches nodes lends its own for as
+    /// long as the pin lasts, touching no reference count.
+    fn load_pinned<'g>(
+        &'g self,
+        loc: Location,
+        guard: &'g Guard,
+    ) -> Result<NodeRef<'g>, BtreeError> {
+        let _ = guard;
+        self.load(loc).map(NodeRef::Owned)
+    }
 
     /// The value of `len` bytes stored in the chain starting at `first`.
     fn load_overflow(&self, first: Location, len: u64) -> Result<OverflowData, BtreeError>;
@@ -124,22 +140,52 @@ pub struct CacheStats {
     pub cached_bytes: u64,
 }
 
+/// A node a reader reached while pinned: borrowed from the cache (alive
+/// while the pin lasts, with no reference count touched) or its own
+/// reference (read from the file, or from a source that does not pin).
+#[derive(Debug)]
+pub enum NodeRef<'g> {
+    /// Borrowed from the cache under the reader's pin.
+    Borrowed(&'g Arc<Node>),
+    /// Held by this reference.
+    Owned(Arc<Node>),
+}
+
+impl std::ops::Deref for NodeRef<'_> {
+    type Target = Arc<Node>;
+    fn deref(&self) -> &Arc<Node> {
+        match self {
+            NodeRef::Borrowed(n) => n,
+            NodeRef::Owned(n) => n,
+        }
+    }
+}
+
+const HITS: usize = 0;
+const MISSES: usize = 1;
+const EVICTIONS: usize = 2;
+
 /// Reads pages from the data file and keeps decoded nodes up to a byte
 /// budget, evicting with CLOCK (second chance) in each of a few shards.
+///
+/// A hit takes no lock and writes nothing another thread writes: the
+/// index is a radix table of page numbers (`pagetable.rs`) read under an
+/// epoch pin, the CLOCK bit is set only when clear, and the counters are
+/// per thread. The shards' locks order the changes (an insert after a
+/// miss, an eviction, an invalidation).
 #[derive(Debug)]
 pub struct PageCache {
     file: Arc<dyn VfsFile>,
     page_size: PageSize,
     budget_bytes: usize,
     max_value_bytes: u64,
+    table: PageTable,
     shards: Box<[Mutex<Shard>]>,
-    hits: AtomicU64,
-    misses: AtomicU64,
-    evictions: AtomicU64,
+    counts: Striped<3>,
 }
 
-/// Shards spread lock contention between readers; each needs room for
-/// many nodes, or eviction degenerates to "keep the last one".
+/// Shards spread the lock taken on a miss; each needs room for many
+/// nodes, or eviction degenerates to "keep the last one".
 const MAX_SHARDS: usize = 16;
 const MIN_NODES_PER_SHARD: usize = 32;
 
@@ -155,12 +201,11 @@ impl PageCache {
             page_size,
             budget_bytes,
             max_value_bytes: super::MAX_VALUE_BYTES,
+            table: PageTable::default(),
             shards: (0..shards)
                 .map(|_| Mutex::new(Shard::new(shard_budget)))
                 .collect(),
-            hits: AtomicU64::new(0),
-            misses: AtomicU64::new(0),
-            evictions: AtomicU64::new(0),
+            counts: Striped::default(),
         }
     }
 
@@ -197,22 +242,25 @@ impl PageCache {
     /// Put a node a checkpoint just wrote (and synced) at `loc`.
     pub fn insert(&self, loc: Location, node: Arc<Node>) {
         debug_assert_eq!(node.location(), Some(loc));
-        let evicted = lock(self.shard(loc.page)).insert(loc, node);
-        self.evictions.fetch_add(evicted, Ordering::Relaxed);
+        let guard = epoch::pin();
+        let evicted = lock(self.shard(loc.page)).insert(&self.table, loc, node, &guard);
+        self.counts.add(EVICTIONS, evicted);
     }
 
     /// Forget page `page`: its number is about to be reused.
     pub fn invalidate(&self, page: PageNo) {
-        lock(self.shard(page)).remove(page);
+        let guard = epoch::pin();
+        lock(self.shard(page)).remove(&self.table, page, &guard);
     }
 
     /// What the cache holds and has done.
     pub fn stats(&self) -> CacheStats {
         let cached: usize = self.shards.iter().map(|s| lock(s).bytes).sum();
+        let [hits, misses, evictions] = self.counts.sum();
         CacheStats {
-            hits: self.hits.load(Ordering::Relaxed),
-            misses: self.misses.load(Ordering::Relaxed),
-            evictions: self.evictions.load(Ordering::Relaxed),
+            hits,
+            misses,
+            evictions,
             cached_bytes: cached as u64,
         }
     }
@@ -227,15 +275,21 @@ impl PageCache {
         self.file.read_exact_at(buf, offset)?;
         Ok(())
     }
-}
 
-impl PageSource for PageCache {
-    fn load(&self, loc: Location) -> Result<Arc<Node>, BtreeError> {
-        if let Some(node) = lock(self.shard(loc.page)).get(loc) {
-            self.hits.fetch_add(1, Ordering::Relaxed);
-            return Ok(node);
+    /// The cached node of `loc` (that version of the page), borrowed for
+    /// as long as `guard` pins.
+    fn hit<'g>(&'g self, loc: Location, guard: &'g Guard) -> Option<&'g Arc<Node>> {
+        let c = self.table.get(loc.page, guard)?;
+        if c.loc != loc {
+            return None;
         }
-        self.misses.fetch_add(1, Ordering::Relaxed);
+        c.touch();
+        self.counts.add(HITS, 1);
+        Some(&c.node)
+    }
+
+    fn miss(&self, loc: Location) -> Result<Arc<Node>, BtreeError> {
+        self.counts.add(MISSES, 1);
         // Direct-I/O descriptors need an aligned buffer; page sizes are
         // multiples of any logical block size up to 4096.
         let mut buf = AlignedBuf::new(self.page_size.bytes(), self.page_size.bytes().min(4096));
@@ -243,6 +297,28 @@ impl PageSource for PageCache {
         let node = Arc::new(decode_node(&buf, self.page_size, loc)?);
         self.insert(loc, Arc::clone(&node));
         Ok(node)
+    }
+}
+
+impl PageSource for PageCache {
+    fn load(&self, loc: Location) -> Result<Arc<Node>, BtreeError> {
+        let guard = epoch::pin();
+        if let Some(node) = self.hit(loc, &guard) {
+            return Ok(Arc::clone(node));
+        }
+        drop(guard);
+        self.miss(loc)
+    }
+
+    fn load_pinned<'g>(
+        &'g self,
+        loc: Location,
+        guard: &'g Guard,
+    ) -> Result<NodeRef<'g>, BtreeError> {
+        match self.hit(loc, guard) {
+            Some(node) => Ok(NodeRef::Borrowed(node)),
+            None => self.miss(loc).map(NodeRef::Owned),
+        }
     }
 
     fn load_overflow(&self, first: Location, len: u64) -> Result<OverflowData, BtreeError> {
@@ -258,13 +334,11 @@ impl PageSource for PageCache {
     }
 }
 
-/// One cached node with its CLOCK bit.
+/// The bookkeeping of one cached page (its node is in the table).
 #[derive(Debug)]
 struct Slot {
-    loc: Location,
-    node: Arc<Node>,
+    page: PageNo,
     charge: usize,
-    referenced: bool,
 }
 
 #[derive(Debug)]
@@ -287,35 +361,32 @@ impl Shard {
         }
     }
 
-    /// The node cached for `loc`: only if it is that version of the page.
-    fn get(&mut self, loc: Location) -> Option<Arc<Node>> {
-        let &i = self.index.get(&loc.page)?;
-        let slot = &mut self.slots[i];
-        if slot.loc != loc {
-            return None;
-        }
-        slot.referenced = true;
-        Some(Arc::clone(&slot.node))
-    }
-
     /// Insert (or replace) a node; returns how many were evicted.
-    fn insert(&mut self, loc: Location, node: Arc<Node>) -> u64 {
+    fn insert(&mut self, table: &PageTable, loc: Location, node: Arc<Node>, guard: &Guard) -> u64 {
         let charge = node.heap_bytes();
-        self.remove(loc.page);
-        if charge > self.budget {
+        self.remove(table, loc.page, guard);
+        if charge > self.budget || loc.page >= MAX_PAGES {
             return 0;
         }
         let mut evicted = 0;
         while self.bytes + charge > self.budget {
-            self.evict_one();
+            self.evict_one(table, guard);
             evicted += 1;
         }
+        let stored = table.set(
+            loc.page,
+            Some(Cached {
+                loc,
+                node,
+                referenced: AtomicBool::new(false),
+            }),
+            guard,
+        );
+        debug_assert!(stored, "a page below MAX_PAGES");
         self.index.insert(loc.page, self.slots.len());
         self.slots.push(Slot {
-            loc,
-            node,
+            page: loc.page,
             charge,
-            referenced: false,
         });
         self.bytes += charge;
         evicted
@@ -326,32 +397,32 @@ impl Shard {
     /// the newest (the last); the hand steps past it, so it gets a whole
     /// turn of the clock like every other, rather than being the next
     /// victim.
-    fn evict_one(&mut self) {
+    fn evict_one(&mut self, table: &PageTable, guard: &Guard) {
         loop {
             if self.hand >= self.slots.len() {
                 self.hand = 0;
             }
-            let slot = &mut self.slots[self.hand];
-            if slot.referenced {
-                slot.referenced = false;
-                self.hand += 1;
-            } else {
-                let page = slot.loc.page;
-                self.remove(page);
-                self.hand += 1;
+            let page = self.slots[self.hand].page;
+            let referenced = table
+                .get(page, guard)
+                .is_some_and(|c| c.referenced.swap(false, Ordering::Relaxed));
+            self.hand += 1;
+            if !referenced {
+                self.remove(table, page, guard);
                 return;
             }
         }
     }
 
-    fn remove(&mut self, page: PageNo) {
+    fn remove(&mut self, table: &PageTable, page: PageNo, guard: &Guard) {
         let Some(i) = self.index.remove(&page) else {
             return;
         };
+        table.set(page, None, guard);
         let slot = self.slots.swap_remove(i);
         self.bytes -= slot.charge;
         if let Some(moved) = self.slots.get(i) {
-            self.index.insert(moved.loc.page, i);
+            self.index.insert(moved.page, i);
         }
     }
 }
@@ -484,6 +555,49 @@ mod tests {
             "{s:?}"
         );
         assert!(s.hits >= 3 * 200 - 3, "the hot page was evicted: {s:?}");
+    }
+
+    /// Readers borrowing nodes under their pins while other threads'
+    /// misses evict them, and pages are invalidated and written anew:
+    /// every node a reader holds is the version it asked for, whole.
+    #[test]
+    fn readers_keep_what_they_borrow_while_others_evict() {
+        let f = file();
+        let mut locs = Vec::new();
+        for page in 2..66 {
+            let (loc, bytes) = leaf_page(page, &page.to_be_bytes());
+            write(&*f, page, &bytes);
+            locs.push(loc);
+        }
+        // Room for about 8 of the 64 pages: most loads evict.
+        let cache = PageCache::new(Arc::clone(&f), PS, 8 * 2 * PS.bytes());
+        std::thread::scope(|s| {
+            for t in 0..4u64 {
+                let (cache, locs) = (&cache, &locs);
+                s.spawn(move || {
+                    let mut x = t + 1;
+                    for _ in 0..20_000 {
+                        x ^= x << 13;
+                        x ^= x >> 7;
+                        x ^= x << 17;
+                        let loc = locs[(x % locs.len() as u64) as usize];
+                        let guard = epoch::pin();
+                        let node = cache.load_pinned(loc, &guard).unwrap();
+                        let page = &loc.page.to_be_bytes()[..];
+                        assert_eq!(node.as_leaf().unwrap().key(0), page);
+                        if x % 97 == 0 {
+                            cache.invalidate(loc.page);
+                        }
+                        // Still whole after whatever the others did.
+                        assert_eq!(node.as_leaf().unwrap().key(0), page);
+                    }
+                });
+            }
+        });
+        let s = cache.stats();
+        assert_eq!(s.hits + s.misses, 80_000, "{s:?}");
+        assert!(s.evictions > 1000, "{s:?}");
+        assert!(s.cached_bytes as usize <= 8 * 2 * PS.bytes(), "{s:?}");
     }
 
     #[test]

@@ -29,6 +29,7 @@ mod leaf;
 mod limits;
 mod node;
 mod page;
+mod pagetable;
 mod read;
 mod rebalance;
 mod spare;
@@ -37,7 +38,7 @@ mod write;
 
 pub use batch::{Change, Fork, FORK_MIN_CHANGES, GROUP_MIN_CHANGES};
 pub use cache::{
-    read_overflow_chain, CacheStats, NoPageSource, OverflowData, PageCache, PageSource,
+    read_overflow_chain, CacheStats, NoPageSource, NodeRef, OverflowData, PageCache, PageSource,
 };
 pub use check::{check_tree, TreeStats};
 pub use checkpoint::{assign_pages, detach_clean, reserve_pages, Checkpoint, Placed, Plan};

@@ -4,7 +4,9 @@
 use std::ops::Bound;
 use std::sync::Arc;
 
-use super::cache::PageSource;
+use crossbeam_epoch::{self as epoch, Guard};
+
+use super::cache::{NodeRef, PageSource};
 use super::leaf::{OverflowValue, ValueRef};
 use super::node::{Body, Branch, Node};
 use super::{BtreeError, Location};
@@ -94,19 +96,46 @@ impl Entry {
     }
 }
 
-/// The leaf and position holding `key`, if present.
+/// Child `i` of `branch` for a reader pinned by `guard`: the in-memory
+/// node, or the page (borrowed from the cache on a hit).
+fn child_pinned<'g>(
+    branch: &Branch,
+    i: usize,
+    src: &'g dyn PageSource,
+    guard: &'g Guard,
+) -> Result<NodeRef<'g>, BtreeError> {
+    match branch.child(i).resolve() {
+        Ok(node) => Ok(NodeRef::Owned(node)),
+        Err(loc) => {
+            let node = src.load_pinned(loc, guard)?;
+            if node.level() != branch.level() - 1 {
+                return Err(BtreeError::Corrupt {
+                    page: loc.page,
+                    reason: "a child at another level than its parent implies",
+                });
+            }
+            Ok(node)
+        }
+    }
+}
+
+/// The leaf and position holding `key`, if present. The descent borrows
+/// the nodes the cache holds (pinned for its length) and takes a
+/// reference only to the leaf it returns.
 pub(crate) fn find(
     root: Option<&Arc<Node>>,
     src: &dyn PageSource,
     key: &[u8],
 ) -> Result<Option<(Arc<Node>, usize)>, BtreeError> {
-    let Some(mut node) = root.cloned() else {
+    let Some(root) = root else {
         return Ok(None);
     };
+    let guard = epoch::pin();
+    let mut node = NodeRef::Borrowed(root);
     loop {
         let next = match node.body() {
-            Body::Leaf(l) => return Ok(l.search(key).ok().map(|i| (node.clone(), i))),
-            Body::Branch(b) => child_node(b, b.child_index(key), src)?,
+            Body::Leaf(l) => return Ok(l.search(key).ok().map(|i| (Arc::clone(&node), i))),
+            Body::Branch(b) => child_pinned(b, b.child_index(key), src, &guard)?,
         };
         node = next;
     }

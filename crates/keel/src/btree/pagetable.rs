@@ -1,0 +1,181 @@
+//! The page cache's index: page number → cached node, read without a lock
+//! and without writing anything shared.
+//!
+//! A radix table of three levels of [`FAN`] slots covers page numbers
+//! below [`MAX_PAGES`] (4 TiB of 4 KiB pages); a page past it is simply
+//! not cached. Inner tables are made on first use and live as long as the
+//! table. A slot holds its node through `crossbeam_epoch`: a reader pins
+//! the epoch (a write to its own thread's record only), loads the slot and
+//! borrows the node for as long as it stays pinned; whoever replaces or
+//! clears a slot hands the old entry to the epoch, which frees it once no
+//! thread pinned before the change is still pinned.
+//!
+//! Only the holder of the page's shard lock (see `cache.rs`) changes a
+//! slot, so slot changes never race each other; readers race them freely.
+//!
+//! Written by hand rather than with a concurrent hash map: a lookup here
+//! is three dependent loads with no hashing, no lock and no reference
+//! count, and the page numbers of a data file are dense and bounded.
+
+#![allow(unsafe_code)]
+
+use std::ptr;
+use std::sync::atomic::{AtomicBool, AtomicPtr, Ordering};
+use std::sync::Arc;
+
+use crossbeam_epoch::{self as epoch, Atomic, Guard, Owned};
+
+use super::node::Node;
+use super::{Location, PageNo};
+
+const BITS: u32 = 10;
+const FAN: usize = 1 << BITS;
+/// Pages at or past this number are not cached.
+pub(crate) const MAX_PAGES: PageNo = 1 << (3 * BITS);
+
+/// A cached node and its CLOCK bit.
+#[derive(Debug)]
+pub(crate) struct Cached {
+    pub loc: Location,
+    pub node: Arc<Node>,
+    /// Set by readers (only when clear: a hit on a page read recently
+    /// writes nothing), cleared by the CLOCK hand.
+    pub referenced: AtomicBool,
+}
+
+impl Cached {
+    /// Mark the entry used, writing only if it was not marked.
+    #[inline]
+    pub fn touch(&self) {
+        if !self.referenced.load(Ordering::Relaxed) {
+            self.referenced.store(true, Ordering::Relaxed);
+        }
+    }
+}
+
+type Leaf = [Atomic<Cached>; FAN];
+type Mid = [AtomicPtr<Leaf>; FAN];
+
+/// See the module doc.
+pub(crate) struct PageTable {
+    top: Box<[AtomicPtr<Mid>]>,
+}
+
+impl std::fmt::Debug for PageTable {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PageTable").finish_non_exhaustive()
+    }
+}
+
+fn parts(page: PageNo) -> Option<(usize, usize, usize)> {
+    if page >= MAX_PAGES {
+        return None;
+    }
+    let p = page as usize;
+    Some((p >> (2 * BITS), (p >> BITS) & (FAN - 1), p & (FAN - 1)))
+}
+
+/// The table at `slot`, made and installed if missing (and `make`).
+fn child<T>(slot: &AtomicPtr<T>, make: bool, new: impl FnOnce() -> Box<T>) -> Option<&T> {
+    let mut p = slot.load(Ordering::Acquire);
+    if p.is_null() {
+        if !make {
+            return None;
+        }
+        let fresh = Box::into_raw(new());
+        match slot.compare_exchange(ptr::null_mut(), fresh, Ordering::AcqRel, Ordering::Acquire) {
+            Ok(_) => p = fresh,
+            Err(other) => {
+                // SAFETY: `fresh` came from `Box::into_raw` just above and
+                // was never shared: the exchange failed.
+                drop(unsafe { Box::from_raw(fresh) });
+                p = other;
+            }
+        }
+    }
+    // SAFETY: a non-null pointer in a slot came from `Box::into_raw` and
+    // is freed only by `PageTable::drop`, which has the table to itself;
+    // the caller's borrow of the table outlives this one.
+    Some(unsafe { &*p })
+}
+
+impl Default for PageTable {
+    fn default() -> Self {
+        PageTable {
+            top: (0..FAN).map(|_| AtomicPtr::new(ptr::null_mut())).collect(),
+        }
+    }
+}
+
+impl PageTable {
+    fn slot(&self, page: PageNo, make: bool) -> Option<&Atomic<Cached>> {
+        let (a, b, c) = parts(page)?;
+        let mid = child(&self.top[a], make, || {
+            Box::new(std::array::from_fn(|_| AtomicPtr::new(ptr::null_mut())))
+        })?;
+        let leaf = child(&mid[b], make, || {
+            Box::new(std::array::from_fn(|_| Atomic::null()))
+        })?;
+        Some(&leaf[c])
+    }
+
+    /// The entry of `page`, whatever version of the page it holds.
+    pub fn get<'g>(&'g self, page: PageNo, guard: &'g Guard) -> Option<&'g Cached> {
+        let shared = self.slot(page, false)?.load(Ordering::Acquire, guard);
+        // SAFETY: an entry in a slot is freed only through the epoch,
+        // after it left the slot and every thread pinned before that
+        // unpinned; `guard` pins this thread, so the entry lives as long
+        // as `guard`.
+        unsafe { shared.as_ref() }
+    }
+
+    /// Put `entry` in its page's slot (or clear the slot: `None`), handing
+    /// the old entry to the epoch. Only under the page's shard lock.
+    /// False when the page is past [`MAX_PAGES`] (nothing stored).
+    pub fn set(&self, page: PageNo, entry: Option<Cached>, guard: &Guard) -> bool {
+        let Some(slot) = self.slot(page, entry.is_some()) else {
+            return entry.is_none();
+        };
+        let new = entry.map_or_else(epoch::Shared::null, |e| Owned::new(e).into_shared(guard));
+        let old = slot.swap(new, Ordering::AcqRel, guard);
+        if !old.is_null() {
+            // SAFETY: `old` just left the slot, so no reader can load it
+            // any more; readers that loaded it before are pinned, and the
+            // epoch frees it only after they unpin. Slot changes are
+            // serialised by the shard lock, so nobody else defers it.
+            unsafe { guard.defer_destroy(old) };
+        }
+        true
+    }
+}
+
+impl Drop for PageTable {
+    fn drop(&mut self) {
+        // SAFETY: `&mut self`: no reader or writer has the table; every
+        // pointer below came from `Box::into_raw` (tables) or
+        // `Owned::into_shared` (entries) and is freed exactly once here.
+        unsafe {
+            let guard = epoch::unprotected();
+            for m in self.top.iter() {
+                let m = m.load(Ordering::Relaxed);
+                if m.is_null() {
+                    continue;
+                }
+                let mid = Box::from_raw(m);
+                for l in mid.iter() {
+                    let l = l.load(Ordering::Relaxed);
+                    if l.is_null() {
+                        continue;
+                    }
+                    let leaf = Box::from_raw(l);
+                    for e in leaf.iter() {
+                        let e = e.load(Ordering::Relaxed, guard);
+                        if !e.is_null() {
+                            drop(e.into_owned());
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
