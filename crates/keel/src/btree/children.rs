@@ -20,6 +20,7 @@
 //!   100 random inserts into a tree of a million entries).
 
 use std::fmt;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use super::node::{lock, Node};
@@ -115,6 +116,74 @@ const CHUNK: usize = 16;
 struct Chunk {
     len: usize,
     slots: Mutex<[Option<Child>; CHUNK]>,
+    on_disk: OnDisk,
+}
+
+/// A copy of the slots' locations that readers take without the lock:
+/// where bit `i` of `ask` is clear, slot `i` holds no in-memory node and
+/// its location is `page[i]`/`crc[i]`. A set bit only sends the reader to
+/// the lock (`Children::slot`), so a set bit is always right: a writer
+/// owning the chunk sets it for any slot it may change; a detach, under
+/// the lock, stores the location before it clears the bit (release), and
+/// a reader that sees the bit clear (acquire) sees that location. A clear
+/// bit's slot changes only in a chunk a writer owns, which no reader
+/// sees.
+///
+/// Most children of a tree read after a checkpoint are on disk: their
+/// readers then write nothing shared (with the lock, every reader of a
+/// branch wrote the lock's cache line: the root's, on every lookup).
+#[derive(Debug)]
+struct OnDisk {
+    ask: AtomicU32,
+    page: [AtomicU64; CHUNK],
+    crc: [AtomicU32; CHUNK],
+}
+
+impl OnDisk {
+    fn new() -> OnDisk {
+        OnDisk {
+            ask: AtomicU32::new(u32::MAX),
+            page: [const { AtomicU64::new(0) }; CHUNK],
+            crc: [const { AtomicU32::new(0) }; CHUNK],
+        }
+    }
+
+    /// Slot `i`'s location, if the copy vouches that it is only on disk.
+    #[inline]
+    fn location(&self, i: usize) -> Option<Location> {
+        if self.ask.load(Ordering::Acquire) & (1 << i) != 0 {
+            return None;
+        }
+        Some(Location {
+            page: self.page[i].load(Ordering::Relaxed),
+            crc: self.crc[i].load(Ordering::Relaxed),
+        })
+    }
+
+    /// Record slot `i` as `child` is (a detach under the lock, or a
+    /// writer owning the chunk).
+    fn record(&self, i: usize, child: &Child) {
+        match (&child.mem, child.loc) {
+            (None, Some(loc)) => {
+                self.page[i].store(loc.page, Ordering::Relaxed);
+                self.crc[i].store(loc.crc, Ordering::Relaxed);
+                self.ask.fetch_and(!(1 << i), Ordering::Release);
+            }
+            _ => self.ask_lock(i),
+        }
+    }
+
+    fn ask_lock(&self, i: usize) {
+        self.ask.fetch_or(1 << i, Ordering::Release);
+    }
+
+    fn copy(&self) -> OnDisk {
+        OnDisk {
+            ask: AtomicU32::new(self.ask.load(Ordering::Acquire)),
+            page: std::array::from_fn(|i| AtomicU64::new(self.page[i].load(Ordering::Relaxed))),
+            crc: std::array::from_fn(|i| AtomicU32::new(self.crc[i].load(Ordering::Relaxed))),
+        }
+    }
 }
 
 impl Clone for Chunk {
@@ -124,6 +193,8 @@ impl Clone for Chunk {
         std::hint::black_box(slots.iter().flatten().map(Child::warm).sum::<usize>());
         Chunk {
             len: self.len,
+            // Under the lock: no detach changes it meanwhile.
+            on_disk: self.on_disk.copy(),
             slots: Mutex::new(slots.clone()),
         }
     }
@@ -134,6 +205,7 @@ impl Chunk {
         Chunk {
             len: 0,
             slots: Mutex::new([const { None }; CHUNK]),
+            on_disk: OnDisk::new(),
         }
     }
 
@@ -142,11 +214,15 @@ impl Chunk {
     }
 
     fn get_mut(&mut self, i: usize) -> &mut Child {
+        // The writer may change it: readers (of a later version sharing
+        // this chunk) ask the lock until a detach records it again.
+        self.on_disk.ask_lock(i);
         self.slots_mut()[i].as_mut().expect("a filled slot")
     }
 
     fn push(&mut self, child: Child) {
         let at = self.len;
+        self.on_disk.record(at, &child);
         self.slots_mut()[at] = Some(child);
         self.len += 1;
     }
@@ -233,7 +309,16 @@ impl Children {
 
     /// Where child `i` is on disk, if it is.
     pub(crate) fn location(&self, i: usize) -> Option<Location> {
-        self.slot(i, Child::location)
+        self.only_on_disk(i)
+            .or_else(|| self.slot(i, Child::location))
+    }
+
+    /// Where child `i` is, when it is known without the lock to be only
+    /// on disk (not in memory); `None` says nothing (see [`OnDisk`]).
+    #[inline]
+    pub(crate) fn only_on_disk(&self, i: usize) -> Option<Location> {
+        assert!(i < self.len, "child {i} of {}", self.len);
+        self.chunks[i / CHUNK].on_disk.location(i % CHUNK)
     }
 
     /// Child `i`, its chunk made this version's own first.
@@ -314,12 +399,15 @@ impl Children {
     pub(crate) fn detach_clean(&self) -> Vec<Arc<Node>> {
         let mut walk = Vec::new();
         for chunk in &self.chunks {
-            for slot in lock(&chunk.slots).iter_mut().flatten() {
+            let mut slots = lock(&chunk.slots);
+            for (i, slot) in slots.iter_mut().enumerate() {
+                let Some(slot) = slot else { continue };
                 if let Some(node) = &slot.mem {
                     walk.push(Arc::clone(node));
                 }
                 if let Some(detached) = slot.detached() {
                     *slot = detached;
+                    chunk.on_disk.record(i, slot);
                 }
             }
         }
@@ -404,6 +492,13 @@ mod tests {
         assert_eq!(c.get(2).resolve().unwrap_err().page, 9);
         assert_eq!(sharing.get(2).resolve().unwrap_err().page, 9);
         assert!(own.get(2).resolve().is_ok(), "a copied chunk is its own");
+        // The lock-free copy of the locations agrees.
+        assert_eq!(c.only_on_disk(0), None, "in memory: ask the lock");
+        assert_eq!(c.only_on_disk(1).unwrap().page, 4);
+        assert_eq!(c.only_on_disk(2).unwrap().page, 9);
+        assert_eq!(sharing.only_on_disk(2).unwrap().page, 9);
+        assert_eq!(own.only_on_disk(1), None, "changed by its writer");
+        assert_eq!(own.only_on_disk(2), None, "a copied chunk is its own");
         // Held by `clean`, `walked` and `own`'s chunk.
         assert_eq!(Arc::strong_count(&clean), 3);
     }

@@ -185,6 +185,13 @@ impl Branch {
         self.children.location(i)
     }
 
+    /// Where child `i` is, when it is known without a lock or a write to
+    /// be on disk only (not in memory); `None`: ask [`Branch::child`].
+    #[inline]
+    pub(crate) fn child_only_on_disk(&self, i: usize) -> Option<Location> {
+        self.children.only_on_disk(i)
+    }
+
     /// Drop the in-memory children that are on disk; returns the children
     /// that were in memory, for the caller to walk.
     pub(crate) fn detach_clean(&self) -> Vec<Arc<Node>> {

@@ -33,6 +33,9 @@ pub(crate) fn child_node(
     i: usize,
     src: &dyn PageSource,
 ) -> Result<Arc<Node>, BtreeError> {
+    if let Some(loc) = branch.child_only_on_disk(i) {
+        return load_at_level(src, loc, branch.level() - 1);
+    }
     match branch.child(i).resolve() {
         Ok(node) => Ok(node),
         Err(loc) => load_at_level(src, loc, branch.level() - 1),
@@ -104,7 +107,11 @@ fn child_pinned<'g>(
     src: &'g dyn PageSource,
     guard: &'g Guard,
 ) -> Result<NodeRef<'g>, BtreeError> {
-    match branch.child(i).resolve() {
+    let on_disk = match branch.child_only_on_disk(i) {
+        Some(loc) => Err(loc),
+        None => branch.child(i).resolve(),
+    };
+    match on_disk {
         Ok(node) => Ok(NodeRef::Owned(node)),
         Err(loc) => {
             let node = src.load_pinned(loc, guard)?;
