@@ -6,7 +6,7 @@
 //! event (a journal batch, a group of combined commits) sleep on one
 //! bell, and one system call wakes them all. On these 2-vCPU VMs a
 //! system call and a wake-up are a large part of a small commit's cost
-//! (docs/bench-commit.md).
+//! (docs/store-performance.md, "Blind transactions commit together").
 //!
 //! Waiters read the word, look at what they wait for, and sleep only if
 //! the word still holds what they read: whoever changes what they wait

@@ -6,7 +6,7 @@
 //! transaction of 100 random puts into a tree of a million keys touches
 //! ~100 leaves: ~250 µs of memory-bound copying per transaction, more
 //! than the journal's write it is meant to hide behind (profiled,
-//! docs/bench-commit.md). Here a commit inserts each change once into a
+//! docs/store-performance.md, "The memtable"). Here a commit inserts each change once into a
 //! structure that is changed in place, and a checkpoint folds the whole
 //! memtable into the tree at once, so that the many changes landing in one
 //! leaf share one copy of it.
@@ -47,7 +47,8 @@
 //! of handing it back and asking again saves that on every commit; and
 //! five small allocations per insert (key, entry, version, value, leaf
 //! copy) cost more than the insert's own work (measured 1.1–1.8 µs per
-//! insert at a million keys before, docs/bench-commit.md).
+//! insert at a million keys before, docs/store-performance.md, "The
+//! memtable").
 //!
 //! Node keys are compared first by an inline head (the key's first
 //! [`HEAD_BYTES`] bytes, zero-padded, as big-endian integers), so a
@@ -76,7 +77,7 @@ pub type Lsn = u64;
 /// Slots per node.
 const FANOUT: usize = 32;
 /// Keys whose descents [`MemWriter::insert_all`] interleaves (eight did
-/// no better, docs/bench-commit.md "Four descents at once").
+/// no better, docs/store-performance.md "Four descents at once").
 const GROUP: usize = 4;
 /// Key bytes compared inline in a node, without reading the entry.
 pub const HEAD_BYTES: usize = 24;

@@ -1,7 +1,8 @@
 //! Emptied buffers kept for reuse: the next transaction or group of
 //! commits takes one instead of growing new ones, which on these VMs
-//! often means memory the process has not touched yet (docs/bench-commit.md,
-//! "Why memory touched first costs so much here"). Used for blind
+//! often means memory the process has not touched yet
+//! (docs/store-performance.md, "Why memory touched first costs so much
+//! here"). Used for blind
 //! transactions (`pending::Unapplied::spare_blind`) and for a group's
 //! vectors (`combine::GroupSpares`).
 

@@ -141,7 +141,8 @@ pub struct Options {
     /// the commit goes first. With the default, w1 (one 16 KiB value per
     /// commit) ran at 10,472 against 9,597 commits/s with the helper at
     /// the opener's priority, p99 148 against 333 µs (6 interleaved
-    /// rounds; docs/bench-commit.md, "The helper at a lower priority").
+    /// rounds; docs/store-performance.md, "The helper at a lower
+    /// priority").
     pub background_nice: u8,
     /// Which CPUs the helper and the checkpointer may run on: any the
     /// opener may run on (the default), those away from the CPUs that
@@ -154,7 +155,7 @@ pub struct Options {
     /// commit) ran at 0.951 of the journal engine against 0.988 with any
     /// CPU, and 0.908 against 0.964 in a second set (16 interleaved
     /// rounds each); w2 and w3 moved within the noise
-    /// (docs/bench-commit.md, "Background threads off the disk's
+    /// (docs/store-performance.md, "Background threads off the disk's
     /// interrupts").
     pub background_cpus: BackgroundCpus,
     /// The most memory read transactions may keep alive that checkpoints

@@ -7,7 +7,7 @@
 //! the hypervisor tens of µs), so the committer waited for the insert
 //! after its write was durable (1,200 of 10,000 w3 commits in one `keel
 //! bench store` run), and every commit paid the helper's wake-up and
-//! sleep (docs/bench-commit.md, "Commits published before their
+//! sleep (docs/store-performance.md, "Commits published before their
 //! insert"). Now such a commit, once durable, is published
 //! as a [`Run`] — its puts, which readers search in key order above the
 //! memtable — and returns; the helper inserts the run into the memtable

@@ -15,7 +15,7 @@
 //! unless the store's own helper or checkpointer is busy there. Kept off
 //! it, they leave it to the committers — but measured as the default it
 //! did not pay here (w1 4–6 % slower, w2 and w3 within the noise), so it
-//! is an option, not the default (docs/bench-commit.md, "Background
+//! is an option, not the default (docs/store-performance.md, "Background
 //! threads off the disk's interrupts").
 //!
 //! How the CPUs are found: `crate::io::disk_interrupt_cpus` (sysfs and

@@ -13,8 +13,7 @@
 //! file's `seq` (a recycled file's old records carry another) and its salt
 //! is the previous record's or it starts an epoch: recovery's rule 2
 //! without the rule that records sit back to back. The run stops at the
-//! first LSN found nowhere. `docs/store.md` ("A damaged store: salvage")
-//! says what this promises.
+//! first LSN found nowhere. `docs/salvage.md` says what this promises.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};

@@ -19,7 +19,7 @@ use super::{BIG_BYTES, CHUNK_BYTES, TOUCH_STEP};
 /// kept out of transparent huge pages: a memtable's memory is written
 /// once, front to back, and on the project's VM faulting it in cost
 /// ~1.5–2 ms per MiB as 2 MiB pages against ~0.5–0.7 as 4 KiB pages
-/// (docs/bench-commit.md, "Fresh memory, measured in C"). The memtable's
+/// (docs/store-performance.md, "Fresh memory, measured in C"). The memtable's
 /// searches go through its nodes, which the allocator places.
 struct Chunk {
     ptr: NonNull<u8>,

@@ -1028,8 +1028,8 @@ const CPU_SLOTS: usize = 64;
 /// Count one commit on the CPU this thread runs on now: where the
 /// commit's wake-up left it. A committer that sleeps on a CPU other than
 /// the one taking the disk's interrupts is woken across CPUs; on a VM that
-/// costs tens of µs per write (docs/bench-commit.md, "Background threads
-/// off the disk's interrupts").
+/// costs tens of µs per write (docs/store-performance.md, "Background
+/// threads off the disk's interrupts").
 fn count_cpu(cpus: &mut Vec<u64>) {
     // SAFETY: sched_getcpu takes no arguments and only returns a number
     // (glibc reads it from the thread's restartable-sequence area or the

@@ -2,7 +2,7 @@
 //! new, consistent store holding every commit the damaged one's files
 //! prove whole, and reports exactly what it could not recover. The
 //! damaged store is only read. `docs/store.md` ("A damaged store:
-//! salvage") is the user's account; the steps:
+//! salvage") and `docs/salvage.md` are the user's account; the steps:
 //!
 //! 1. `source`: open the store's files for reading, read both meta slots.
 //! 2. `journal::salvage`: every intact record of the journal, and for each
