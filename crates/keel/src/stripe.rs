@@ -16,7 +16,7 @@ use crossbeam_utils::CachePadded;
 pub(crate) const STRIPES: usize = 64;
 
 /// The cell index of this thread, given once per thread.
-fn stripe() -> usize {
+pub(crate) fn stripe() -> usize {
     static NEXT: AtomicUsize = AtomicUsize::new(0);
     thread_local! {
         static MINE: usize = NEXT.fetch_add(1, Ordering::Relaxed) % STRIPES;

@@ -530,7 +530,7 @@ impl Database {
     /// durable commit, which no later commit changes. Never blocks on the
     /// writer.
     pub fn begin_read(&self) -> ReadTxn {
-        ReadTxn::begin(Arc::clone(&self.shared))
+        ReadTxn::begin(&self.shared)
     }
 
     /// Checkpoint now: write every durable change to the data file and let
@@ -655,6 +655,7 @@ impl Database {
     }
 
     fn stop_checkpointer(&mut self) {
+        self.shared.drop_leases();
         self.shared.stop_checkpointer();
         // A checkpoint under way may wait for the writer slot this thread
         // holds: joining it would wait forever. It stops by itself once

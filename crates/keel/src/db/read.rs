@@ -19,8 +19,9 @@ use std::sync::Arc;
 
 use super::error::{DbError, Result};
 use super::layers::{Base, Found};
-use super::pending::{Run, Runs};
+use super::pending::Run;
 use super::store::Shared;
+use super::view::Lease;
 use crate::btree::{Entry, PageCache, Range};
 use crate::journal::Lsn;
 
@@ -340,16 +341,16 @@ impl<'a> Iter<'a> {
     /// A read transaction's scan: fails once `txn` expires.
     fn of_reader(txn: &'a ReadTxn, s: &Bound<Vec<u8>>, e: &Bound<Vec<u8>>) -> Iter<'a> {
         if let Err(e) = txn.live() {
-            return Iter::failed(&txn.shared.cache, e);
+            return Iter::failed(&txn.lease.shared.cache, e);
         }
         Iter {
             reader: Some(txn),
             ..Iter::new(
-                &txn.base,
-                &txn.shared.cache,
+                &txn.lease.base,
+                &txn.lease.shared.cache,
                 s,
                 e,
-                txn.lsn,
+                txn.lease.lsn,
                 None,
                 txn.runs(),
             )
@@ -459,29 +460,23 @@ impl Iterator for Iter<'_> {
 /// meanwhile).
 #[derive(Debug)]
 pub struct ReadTxn {
-    shared: Arc<Shared>,
-    base: Arc<Base>,
-    lsn: Lsn,
-    /// Commits at or below `lsn` not yet in `base`'s memtable when this
-    /// began, oldest first (`super::pending`).
-    runs: Option<Runs>,
+    /// The snapshot: shared with the transactions this thread began since
+    /// the last publish (`super::view::Lease`).
+    lease: Arc<Lease>,
 }
 
 impl ReadTxn {
-    pub(crate) fn begin(shared: Arc<Shared>) -> ReadTxn {
-        let (base, lsn, runs) = shared.pin_with_runs();
+    pub(crate) fn begin(shared: &Arc<Shared>) -> ReadTxn {
         ReadTxn {
-            shared,
-            base,
-            lsn,
-            runs,
+            lease: shared.lease(),
         }
     }
 
     /// Whether this snapshot may still be read (see
     /// [`DbError::SnapshotTooOld`]).
     fn live(&self) -> Result<()> {
-        self.shared.check_snapshot(self.base.gen, self.lsn)
+        let l = &self.lease;
+        l.shared.check_snapshot(l.base.gen, l.lsn)
     }
 
     fn get_full(&self, key: &[u8]) -> Result<Option<Value>> {
@@ -491,25 +486,23 @@ impl ReadTxn {
                 return Ok(Some(Value::owned(Arc::from(v))));
             }
         }
-        Ok(self
-            .base
-            .get(&self.shared.cache, key, self.lsn)?
-            .map(Value::found))
+        let l = &self.lease;
+        Ok(l.base.get(&l.shared.cache, key, l.lsn)?.map(Value::found))
     }
 
     fn runs(&self) -> &[Arc<Run>] {
-        self.runs.as_deref().map_or(&[], Vec::as_slice)
+        self.lease.runs.as_deref().map_or(&[], Vec::as_slice)
     }
 
     /// The LSN of the commit this snapshot shows (0 before any).
     pub fn lsn(&self) -> Lsn {
-        self.lsn
+        self.lease.lsn
     }
 
     fn table_id(&self, name: &str) -> Result<Option<u32>> {
         check_name(name)?;
         match self.get_full(&full_key(CATALOG, name.as_bytes()))? {
-            Some(v) => Ok(Some(decode_id(&self.shared.path, &v)?)),
+            Some(v) => Ok(Some(decode_id(&self.lease.shared.path, &v)?)),
             None => Ok(None),
         }
     }
@@ -525,7 +518,7 @@ impl ReadTxn {
     /// The names of the tables, sorted.
     pub fn list_tables(&self) -> Result<Vec<String>> {
         let (s, e) = table_bounds(CATALOG, &(Bound::Excluded(&[][..]), Bound::Unbounded));
-        collect_names(&self.shared.path, Iter::of_reader(self, &s, &e))
+        collect_names(&self.lease.shared.path, Iter::of_reader(self, &s, &e))
     }
 }
 
@@ -538,12 +531,6 @@ pub(super) fn collect_names(path: &Path, it: Iter<'_>) -> Result<Vec<String>> {
         })
     })
     .collect()
-}
-
-impl Drop for ReadTxn {
-    fn drop(&mut self) {
-        self.shared.unpin(self.base.gen);
-    }
 }
 
 /// A table seen by a read transaction.

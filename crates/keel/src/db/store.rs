@@ -251,6 +251,9 @@ pub(crate) struct Shared {
     /// (which must not hold the store itself: the last reference dropped
     /// on a journal thread would join that thread).
     pub(super) published: Arc<Published>,
+    /// Each thread stripe's lease of the published snapshot
+    /// (`Shared::lease`).
+    pub(super) leases: super::view::Leases,
     pub(super) space: Mutex<Space>,
     /// One checkpoint at a time.
     pub(super) ckpt_run: Mutex<()>,
@@ -654,6 +657,7 @@ impl Shared {
             bells: super::combine::bells(),
             group_spares: Arc::default(),
             published: Arc::new(Published::new(Arc::clone(&base), meta.checkpoint_lsn)),
+            leases: super::view::leases(),
             space: Mutex::new(space),
             ckpt_run: Mutex::new(()),
             ckpt: Mutex::new(CkptCtl::default()),

@@ -10,6 +10,8 @@ use super::layers::{Base, Layer};
 use super::pending::{Run, Runs};
 use super::store::{lock, Shared, WriterState};
 use crate::journal::Lsn;
+use crate::stripe::{stripe, STRIPES};
+use crossbeam_utils::CachePadded;
 
 /// What readers see: the newest base at the highest durable LSN, and how
 /// many readers hold each base's tree (by [`Base::gen`]).
@@ -43,6 +45,45 @@ fn pinned_from(retired: &[(u64, u64)], gen: u64) -> u64 {
         .sum()
 }
 
+/// A published snapshot held for read transactions: the ones a thread
+/// begins while nothing new is published share one, so beginning one
+/// writes only to this thread's stripe and to the lease's count (which
+/// only this thread's transactions change). Registered as a reader of its
+/// base's generation from its making until its last holder drops it.
+pub(crate) struct Lease {
+    pub shared: Arc<Shared>,
+    pub base: Arc<Base>,
+    pub lsn: Lsn,
+    /// Commits at or below `lsn` not yet in `base`'s memtable when the
+    /// lease was made, oldest first (`super::pending`).
+    pub runs: Option<Runs>,
+    version: u64,
+}
+
+impl std::fmt::Debug for Lease {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Snapshot")
+            .field("lsn", &self.lsn)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Drop for Lease {
+    fn drop(&mut self) {
+        self.shared.unpin(self.base.gen);
+    }
+}
+
+/// The stripes' leases (see [`Shared::lease`]).
+pub(crate) type Leases = Box<[CachePadded<Mutex<Option<Arc<Lease>>>>]>;
+
+/// Empty stripes.
+pub(crate) fn leases() -> Leases {
+    (0..STRIPES)
+        .map(|_| CachePadded::new(Mutex::new(None)))
+        .collect()
+}
+
 /// The published view and the poison.
 #[derive(Debug)]
 pub(super) struct Published {
@@ -50,6 +91,10 @@ pub(super) struct Published {
     /// Read transactions on a base of a generation below this one have
     /// expired ([`DbError::SnapshotTooOld`]).
     expired_below: AtomicU64,
+    /// Bumped (under the view's lock, release) by every change to the
+    /// view a reader takes: a [`Lease`] made at version `v` is the
+    /// published snapshot while this still reads `v`.
+    version: AtomicU64,
     view_cv: Condvar,
     pub poison: Mutex<Option<Arc<str>>>,
     /// The next publish panics (a test's injected bug).
@@ -70,6 +115,7 @@ impl Published {
                 retired: Vec::new(),
             }),
             expired_below: AtomicU64::new(0),
+            version: AtomicU64::new(0),
             view_cv: Condvar::new(),
             poison: Mutex::new(None),
             #[cfg(test)]
@@ -86,7 +132,10 @@ impl Published {
             panic!("injected: the publish failed");
         }
         let mut v = lock(&self.view);
-        v.lsn = v.lsn.max(lsn);
+        if lsn > v.lsn {
+            v.lsn = lsn;
+            self.changed();
+        }
         let wake = v.lsn_waiters > 0;
         drop(v);
         if wake {
@@ -108,6 +157,7 @@ impl Published {
         // and a cache line from the helper's vCPU per run.
         Arc::make_mut(runs).push(Arc::clone(&run));
         v.lsn = v.lsn.max(run.lsn);
+        self.changed();
         let wake = v.lsn_waiters > 0;
         drop(v);
         if wake {
@@ -127,6 +177,12 @@ impl Published {
         if runs.is_empty() {
             v.spare_runs = v.runs.take();
         }
+        self.changed();
+    }
+
+    /// Note a change to the view (under its lock).
+    fn changed(&self) {
+        self.version.fetch_add(1, Ordering::Release);
     }
 
     /// Record the first failure; wake whoever waits for publication.
@@ -152,10 +208,17 @@ impl Shared {
     /// The published snapshot with the runs not yet in its memtable, held
     /// as [`Self::pin`] does.
     pub(crate) fn pin_with_runs(&self) -> (Arc<Base>, Lsn, Option<Runs>) {
+        let (base, lsn, runs, _) = self.pin_versioned();
+        (base, lsn, runs)
+    }
+
+    /// [`Self::pin_with_runs`], with the view's version.
+    fn pin_versioned(&self) -> (Arc<Base>, Lsn, Option<Runs>, u64) {
         let mut v = lock(&self.published.view);
         let (base, lsn, runs) = (Arc::clone(&v.base), v.lsn, v.runs.clone());
         *v.readers.entry(base.gen).or_insert(0) += 1;
-        (base, lsn, runs)
+        let version = self.published.version.load(Ordering::Relaxed);
+        (base, lsn, runs, version)
     }
 
     /// Whether a read transaction on a base of generation `gen` may still
@@ -233,11 +296,71 @@ impl Shared {
     /// hands its chunks back to the pool.
     pub(super) fn set_base(&self, w: &mut WriterState, base: Base) {
         let base = Arc::new(base);
-        let old = std::mem::replace(&mut lock(&self.published.view).base, Arc::clone(&base));
+        let old = {
+            let mut v = lock(&self.published.view);
+            self.published.changed();
+            std::mem::replace(&mut v.base, Arc::clone(&base))
+        };
         w.base = base;
+        // Leases of the replaced base would keep it (and the pages and
+        // memtables only it refers to) alive after their last reader.
+        self.drop_stale_leases();
         match &self.helper {
             Some(h) => h.dispose(old),
             None => drop(old),
+        }
+    }
+
+    /// The lease of the published snapshot for a new read transaction:
+    /// this thread's stripe's, if still the published one (no lock but
+    /// the stripe's own, which only this thread takes unless more than
+    /// `STRIPES` threads read; no write another reader makes), else a new
+    /// one made under the view's lock and kept in the stripe.
+    pub(crate) fn lease(self: &Arc<Self>) -> Arc<Lease> {
+        let version = self.published.version.load(Ordering::Acquire);
+        let stripe = &self.leases[stripe()];
+        if let Some(l) = lock(stripe).as_ref().filter(|l| l.version == version) {
+            return Arc::clone(l);
+        }
+        let lease = {
+            let (base, lsn, runs, version) = self.pin_versioned();
+            Arc::new(Lease {
+                shared: Arc::clone(self),
+                base,
+                lsn,
+                runs,
+                version,
+            })
+        };
+        let old = lock(stripe).replace(Arc::clone(&lease));
+        // Dropped outside the stripe's lock: the last reference unpins
+        // under the view's.
+        drop(old);
+        lease
+    }
+
+    /// Forget the stripes' leases of anything but the published snapshot
+    /// (their read transactions keep theirs).
+    pub(super) fn drop_stale_leases(&self) {
+        let version = self.published.version.load(Ordering::Acquire);
+        for stripe in self.leases.iter() {
+            let old = {
+                let mut l = lock(stripe);
+                match l.as_ref() {
+                    Some(lease) if lease.version != version => l.take(),
+                    _ => None,
+                }
+            };
+            drop(old);
+        }
+    }
+
+    /// Forget every stripe's lease: a lease refers to the store, so the
+    /// store cannot go (and release its lock) while one is kept.
+    pub(crate) fn drop_leases(&self) {
+        for stripe in self.leases.iter() {
+            let old = lock(stripe).take();
+            drop(old);
         }
     }
 
