@@ -5,6 +5,11 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+// First, so that its `outln!`, `out!` and `errln!` (which never panic on a
+// closed stdout or stderr) are in scope in every module after it.
+#[macro_use]
+mod out;
+
 mod bench;
 mod db;
 mod diskcheck;
@@ -87,8 +92,11 @@ fn main() -> ExitCode {
     };
     match result {
         Ok(code) => code,
+        // The reader of stdout went away (`keel … | head`): it has all it
+        // wants, so the command stopped where it was, quietly.
+        Err(e) if out::closed_stdout(&e) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("error: {e:#}");
+            errln!("error: {e:#}");
             ExitCode::FAILURE
         }
     }

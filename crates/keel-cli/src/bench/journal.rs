@@ -199,9 +199,9 @@ fn run_in(a: &JournalArgs, dir: &Path) -> anyhow::Result<ExitCode> {
     let runs = run_rounds(a, dir, &round_list)?;
     let rows = summarize(a, &runs);
     if a.json {
-        print_json(a, &rows, &runs, &command, &machine);
+        print_json(a, &rows, &runs, &command, &machine)?;
     } else {
-        print!("{}", render(a, &rows, &runs, &command, &machine));
+        out!("{}", render(a, &rows, &runs, &command, &machine))?;
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -347,7 +347,7 @@ fn print_json(
     runs: &[Run],
     command: &[String],
     machine: &Machine,
-) {
+) -> Result<(), crate::out::StdoutError> {
     let out = json!({
         "command": command.join(" "),
         "machine": machine.describe(),
@@ -366,7 +366,7 @@ fn print_json(
             "result": r.result,
         })).collect::<Vec<_>>(),
     });
-    println!("{out}");
+    outln!("{out}")
 }
 
 /// Medians per configuration, as JSON rows.

@@ -271,9 +271,9 @@ fn run_in(a: &StoreArgs, dir: &Path) -> anyhow::Result<ExitCode> {
                 "result": r.result,
             })).collect::<Vec<_>>(),
         });
-        println!("{out}");
+        outln!("{out}")?;
     } else {
-        print!("{}", render(a, &rows, &runs, &command, &machine));
+        out!("{}", render(a, &rows, &runs, &command, &machine))?;
     }
     Ok(ExitCode::SUCCESS)
 }

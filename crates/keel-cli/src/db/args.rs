@@ -4,6 +4,7 @@ use std::path::PathBuf;
 
 use clap::{Args, Subcommand};
 
+use super::bytes::Encoding;
 use crate::util::Size;
 
 /// Exit codes, the same for every command.
@@ -15,7 +16,9 @@ const EXIT_CODES: &str = "Exit codes:\n  \
     2  the command could not run: a wrong command line or bad hex, no store at the path (or \
        a path that is not a store), a store another process has open, a store that cannot \
        be opened because it is damaged (run `keel db check`), a key or value over the \
-       store's limits, or a failed read or write";
+       store's limits, or a failed read or write\n\n\
+    A reader that closes stdout early (`keel db scan S | head`) ends any command at once, \
+    quietly, with exit 0.";
 
 /// What `salvage` does, and its exit codes (its own: 1 is not "no").
 const SALVAGE_HELP: &str = "What it recovers: the tree of the valid meta page that, with the \
@@ -34,14 +37,18 @@ const SALVAGE_HELP: &str = "What it recovers: the tree of the valid meta page th
        report says what is missing\n  \
     2  nothing salvaged: a wrong command line, no store at STORE, a store another process \
        has open, NEW not empty (or inside STORE), no valid meta page, or a failed read or \
-       write (NEW may then be partly written: remove it before trying again)";
+       write (NEW may then be partly written: remove it before trying again)\n\n\
+    A reader that closes stdout early ends it with exit 0, as every command.";
 
 /// How keys and values are written on the command line and printed.
 const ENCODING: &str = "Keys and values are UTF-8 text unless --hex is given: then every key \
-    and value, given or printed, is hex (two digits a byte, an optional 0x prefix on input). \
-    A stored key or value that is not UTF-8 cannot be printed as text: the command stops with \
-    an error that says to use --hex; so does a key or value holding a tab or a line break in \
-    scan's KEY<TAB>VALUE lines (--json shows it).";
+    and value, given or printed, is hex (two digits a byte, an optional 0x prefix on input); \
+    with --key-hex only the keys given are hex (the way to name a key that is not UTF-8 and \
+    still see its value as text). Any stored bytes print: as text, a \
+    backslash prints as \\\\, and each byte of a control character (tab, line break, …) or \
+    of invalid UTF-8 as \\xNN (two lowercase hex digits), so a line shows exactly which \
+    bytes it holds; in --json a key or value is a string when it is UTF-8, else \
+    {\"hex\": \"…\"}. docs/cli-db.md specifies both.";
 
 #[derive(Subcommand, Debug)]
 pub enum DbCommand {
@@ -56,21 +63,23 @@ pub enum DbCommand {
     /// checkpointed and closed.
     #[command(after_help = format!("{ENCODING}\n\n{EXIT_CODES}"))]
     Put(PutArgs),
-    /// Print the value of KEY (and a newline; or its bytes alone with
-    /// --raw). Exit 1 when the key (or the table) does not exist.
+    /// Print the value of KEY, escaped, and a newline (or its bytes as
+    /// stored, alone, with --raw). Exit 1 when the key (or the table) does
+    /// not exist.
     #[command(after_help = format!("{ENCODING}\n\n{EXIT_CODES}"))]
     Get(GetArgs),
     /// Delete KEY. Exit 1 when it did not exist (nothing is written then).
     /// Durable when the command returns, as `put`.
     #[command(after_help = format!("{ENCODING}\n\n{EXIT_CODES}"))]
     Del(KeyArgs),
-    /// List a table's entries in key order, one `KEY<TAB>VALUE` line each:
-    /// all of them, a range (--from, --to) or those with a prefix
-    /// (--prefix), at most --limit.
+    /// List a table's entries in key order, one `KEY<TAB>VALUE` line each
+    /// (both escaped: neither holds a tab or a line break): all of them, a
+    /// range (--from, --to) or those with a prefix (--prefix), at most
+    /// --limit.
     #[command(after_help = format!("{ENCODING}\n\n{EXIT_CODES}"))]
     Scan(ScanArgs),
-    /// List the store's tables, one name a line, sorted (a name holding a
-    /// line break is listed with --json only).
+    /// List the store's tables, one name a line, sorted (escaped as keys
+    /// are: a line break in a name prints as `\x0a`).
     #[command(after_help = EXIT_CODES)]
     Tables(StoreArgs),
     /// Print the store's figures: pages (in the file, free, waiting to be
@@ -130,8 +139,20 @@ pub struct Keyed {
     /// Keys and values are hex, on input and output.
     #[arg(long)]
     pub hex: bool,
+    /// Keys given here (KEY, --from, --to, --prefix) are hex; values and
+    /// what is printed are as without it (escaped text, or --json's
+    /// strings and {"hex": …}): to name a key that is not UTF-8.
+    #[arg(long, conflicts_with = "hex")]
+    pub key_hex: bool,
     #[command(flatten)]
     pub out: Output,
+}
+
+impl Keyed {
+    /// How keys given on the command line are read.
+    pub fn key_encoding(&self) -> Encoding {
+        Encoding::new(self.hex || self.key_hex)
+    }
 }
 
 #[derive(Args, Debug)]

@@ -1,5 +1,12 @@
 //! Keys and values on the command line and in the output: UTF-8 text, or
-//! hex with `--hex`.
+//! hex with `--hex`. Any bytes can be printed: as text, the bytes that
+//! are not printable UTF-8 are escaped ([`escape`]); in `--json`, bytes
+//! that are not UTF-8 are an object `{"hex": …}` ([`Shown`]). The scheme
+//! is specified byte for byte in docs/cli-db.md, "Keys and values".
+
+use std::fmt::Write as _;
+
+use serde::Serialize;
 
 use super::failure::Failure;
 
@@ -31,18 +38,22 @@ impl Encoding {
         }
     }
 
-    /// `bytes` as printed; `what` names them when they are not UTF-8
-    /// (`the value of key "k"`).
-    pub fn show(self, what: impl FnOnce() -> String, bytes: &[u8]) -> Result<String, Failure> {
+    /// `bytes` as a line of text shows them: hex, or escaped text.
+    pub fn text(self, bytes: &[u8]) -> String {
         match self {
-            Encoding::Hex => Ok(encode_hex(bytes)),
-            Encoding::Text => match std::str::from_utf8(bytes) {
-                Ok(s) => Ok(s.to_owned()),
-                Err(_) => Err(Failure::bad_input(format!(
-                    "{} is not UTF-8 text ({} bytes); print it with --hex",
-                    what(),
-                    bytes.len()
-                ))),
+            Encoding::Hex => encode_hex(bytes),
+            Encoding::Text => escape(bytes),
+        }
+    }
+
+    /// `bytes` as `--json` shows them: a hex string, or the text when it is
+    /// UTF-8, else `{"hex": …}`.
+    pub fn json(self, bytes: &[u8]) -> Shown {
+        match (self, std::str::from_utf8(bytes)) {
+            (Encoding::Hex, _) => Shown::Text(encode_hex(bytes)),
+            (Encoding::Text, Ok(s)) => Shown::Text(s.to_owned()),
+            (Encoding::Text, Err(_)) => Shown::Hex {
+                hex: encode_hex(bytes),
             },
         }
     }
@@ -54,6 +65,70 @@ impl Encoding {
             _ => format!("0x{}", encode_hex(key)),
         }
     }
+}
+
+/// A key or value in `--json`: a JSON string, or, for bytes that are not
+/// UTF-8 (without `--hex`), `{"hex": "…"}` with two lowercase digits a
+/// byte.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(untagged)]
+pub enum Shown {
+    Text(String),
+    Hex { hex: String },
+}
+
+/// `bytes` as one line of text that says exactly which bytes they are:
+/// UTF-8 characters as they are, except a backslash, written `\\`, and
+/// control characters (U+0000 to U+001F, U+007F to U+009F: tabs, line
+/// breaks, escape sequences), written as their UTF-8 bytes; every byte
+/// that is not part of valid UTF-8 is written `\xNN` (two lowercase hex
+/// digits). So the result holds no tab and no line break, and reads back
+/// to the same bytes (`\\` is a backslash, `\xNN` a byte, anything
+/// else its UTF-8).
+pub fn escape(bytes: &[u8]) -> String {
+    let mut s = String::with_capacity(bytes.len());
+    let byte = |s: &mut String, b: u8| {
+        let _ = write!(s, "\\x{b:02x}");
+    };
+    for chunk in bytes.utf8_chunks() {
+        for c in chunk.valid().chars() {
+            match c {
+                '\\' => s.push_str("\\\\"),
+                c if c.is_control() => {
+                    for &b in c.encode_utf8(&mut [0; 4]).as_bytes() {
+                        byte(&mut s, b);
+                    }
+                }
+                c => s.push(c),
+            }
+        }
+        for &b in chunk.invalid() {
+            byte(&mut s, b);
+        }
+    }
+    s
+}
+
+/// The bytes [`escape`] wrote `text` for; `None` when `text` is not
+/// something it writes (a backslash followed by neither `\\` nor `xNN`).
+#[cfg(test)]
+pub fn unescape(text: &str) -> Option<Vec<u8>> {
+    let mut out = Vec::new();
+    let mut rest = text;
+    while let Some(i) = rest.find('\\') {
+        out.extend_from_slice(&rest.as_bytes()[..i]);
+        rest = &rest[i + 1..];
+        if let Some(r) = rest.strip_prefix('\\') {
+            out.push(b'\\');
+            rest = r;
+        } else {
+            let digits = rest.strip_prefix('x')?.get(..2)?;
+            out.push(u8::from_str_radix(digits, 16).ok()?);
+            rest = &rest[3..];
+        }
+    }
+    out.extend_from_slice(rest.as_bytes());
+    Some(out)
 }
 
 pub fn encode_hex(bytes: &[u8]) -> String {

@@ -91,11 +91,11 @@ pub fn run(a: StoreArgs) -> Result<ExitCode, Failure> {
     if a.out.json {
         print_json(&report)?;
         if let Some(r) = &report.reason {
-            eprintln!("error: store {} is damaged: {r}", report.store);
-            eprintln!("{}", salvage_hint(&report.store));
+            errln!("error: store {} is damaged: {r}", report.store);
+            errln!("{}", salvage_hint(&report.store));
         }
     } else {
-        print!("{}", render(&report));
+        out!("{}", render(&report))?;
     }
     Ok(ExitCode::from(if report.status == "ok" { 0 } else { 1 }))
 }

@@ -1,18 +1,20 @@
 //! `create`, `put`, `get`, `del`, `scan` and `tables`.
 
-use std::io::{Read, Write};
+use std::io::Read;
 use std::ops::Bound;
 use std::path::Path;
 use std::process::ExitCode;
 
-use keel::db::{Database, DbError, KeyValue, Limits, ReadTxn, Table, DATA_FILE};
+use keel::btree::MAX_VALUE_BYTES;
+use keel::db::{Database, DbError, Limits, ReadTxn, Table, DATA_FILE, JOURNAL_DIR};
 use keel::journal::JournalOptions;
 use serde::Serialize;
 
 use super::args::{CreateArgs, GetArgs, KeyArgs, PutArgs, ScanArgs, StoreArgs};
-use super::bytes::Encoding;
-use super::failure::{Failure, Kind};
+use super::bytes::{escape, Encoding, Shown};
+use super::failure::{check_store_dir, Failure, Kind};
 use super::{open, print_json};
+use crate::out::Stdout;
 use crate::util::format_size;
 
 #[derive(Serialize)]
@@ -54,12 +56,12 @@ pub fn create(a: CreateArgs) -> Result<ExitCode, Failure> {
         } else {
             "a store already exists at"
         };
-        println!(
+        outln!(
             "{verb} {} (pages of {}, journal segments of {})",
             out.store,
             format_size(out.page_size_bytes as u64),
             format_size(out.journal_segment_bytes)
-        );
+        )?;
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -67,7 +69,7 @@ pub fn create(a: CreateArgs) -> Result<ExitCode, Failure> {
 #[derive(Serialize)]
 struct Written {
     table: String,
-    key: String,
+    key: Shown,
     /// `put`: whether the key had a value before; `del`: whether it
     /// existed (and was deleted).
     existed: bool,
@@ -92,42 +94,64 @@ fn write<T>(
 
 pub fn put(a: PutArgs) -> Result<ExitCode, Failure> {
     let enc = Encoding::new(a.keyed.hex);
-    let key = enc.parse("KEY", &a.key)?;
-    // The value, or the file to read it from once the limits are known.
-    let given: Result<Vec<u8>, &Path> = match (&a.value_file, &a.value) {
-        (Some(path), _) => Err(path),
-        (None, Some(v)) => Ok(enc.parse("VALUE", v)?),
+    let key = a.keyed.key_encoding().parse("KEY", &a.key)?;
+    let store = &a.store;
+    // A value file is read whole before the store is opened: the store's
+    // lock is never held while standard input (or a pipe) keeps it waiting.
+    check_store_dir(store)?;
+    let (value, file) = match (&a.value_file, &a.value) {
+        (Some(path), _) => (read_value_file(path, value_bound(store))?, Some(path)),
+        (None, Some(v)) => (enc.parse("VALUE", v)?, None),
         (None, None) => return Err(Failure::bad_input("give a VALUE or --value-file")),
     };
     let table = a.keyed.table.as_str();
-    let store = &a.store;
-    let (existed, value_bytes) = write(store, |limits, txn| {
-        let value = match given {
-            Ok(v) => v,
-            Err(path) => read_value_file(path, limits)?,
-        };
+    let existed = write(store, |limits, txn| {
+        if let Some(path) = file {
+            if value.len() as u64 > limits.max_value_bytes {
+                return Err(too_large(path, limits.max_value_bytes));
+            }
+        }
         let fail = |e| Failure::from_db(e, store);
         let mut t = txn.open_table(table).map_err(fail)?;
         let existed = t.get(&key).map_err(fail)?.is_some();
         t.insert(&key, &value).map_err(fail)?;
-        Ok((existed, value.len()))
+        Ok(existed)
     })?;
     if a.keyed.out.json {
         print_json(&Written {
             table: table.into(),
-            key: enc.show(String::new, &key)?,
+            key: enc.json(&key),
             existed,
-            value_bytes: Some(value_bytes),
+            value_bytes: Some(value.len()),
         })?;
     }
     Ok(ExitCode::SUCCESS)
 }
 
+/// The most bytes a value can have in the store at `store`, found without
+/// opening it (so without its lock): a value lies in one journal record,
+/// and a record in one segment file, all of one size (preallocated). The
+/// store's exact limit, a little less, is checked once it is open. With no
+/// segment file to measure, the format's limit (the open then says what is
+/// wrong with the store).
+fn value_bound(store: &Path) -> u64 {
+    let segments = std::fs::read_dir(store.join(JOURNAL_DIR));
+    segments
+        .into_iter()
+        .flatten()
+        .filter_map(Result::ok)
+        .filter(|e| e.file_name().to_string_lossy().ends_with(".seg"))
+        .filter_map(|e| e.metadata().ok())
+        .map(|m| m.len())
+        .max()
+        .unwrap_or(MAX_VALUE_BYTES)
+        .min(MAX_VALUE_BYTES)
+}
+
 /// The bytes of `path`, or of standard input for `-`: refused, without
-/// reading it all into memory, when it is larger than a value or a
-/// transaction may be.
-fn read_value_file(path: &Path, limits: &Limits) -> Result<Vec<u8>, Failure> {
-    let max = limits.max_value_bytes;
+/// reading it all into memory, when it is longer than `max` bytes (the
+/// store's segment size, from [`value_bound`]).
+fn read_value_file(path: &Path, max: u64) -> Result<Vec<u8>, Failure> {
     let named = || format!("--value-file {}", path.display());
     let unreadable = |e: std::io::Error| Failure::bad_input(format!("{}: {e}", named()));
     let source: Box<dyn Read> = if path == Path::new("-") {
@@ -142,17 +166,26 @@ fn read_value_file(path: &Path, limits: &Limits) -> Result<Vec<u8>, Failure> {
         .map_err(unreadable)?;
     if buf.len() as u64 > max {
         return Err(Failure::bad_input(format!(
-            "{}: larger than {max} bytes, the most one value can be in this store \
-             (`keel db stats` prints its limits)",
+            "{}: larger than {max} bytes (a journal segment of this store), so larger than \
+             the most one value can be in this store (`keel db stats` prints its limits)",
             named()
         )));
     }
     Ok(buf)
 }
 
+/// The value in the file at `path` is longer than `max` bytes.
+fn too_large(path: &Path, max: u64) -> Failure {
+    Failure::bad_input(format!(
+        "--value-file {}: larger than {max} bytes, the most one value can be in this store \
+         (`keel db stats` prints its limits)",
+        path.display()
+    ))
+}
+
 pub fn del(a: KeyArgs) -> Result<ExitCode, Failure> {
     let enc = Encoding::new(a.keyed.hex);
-    let key = enc.parse("KEY", &a.key)?;
+    let key = a.keyed.key_encoding().parse("KEY", &a.key)?;
     let table = a.keyed.table.as_str();
     let store = &a.store;
     let existed = write(store, |_, txn| {
@@ -165,7 +198,7 @@ pub fn del(a: KeyArgs) -> Result<ExitCode, Failure> {
     if a.keyed.out.json {
         print_json(&Written {
             table: table.into(),
-            key: enc.show(String::new, &key)?,
+            key: enc.json(&key),
             existed,
             value_bytes: None,
         })?;
@@ -179,16 +212,16 @@ pub fn del(a: KeyArgs) -> Result<ExitCode, Failure> {
 
 /// Exit 1: the key is not in the table (or the table does not exist).
 fn absent(table: &str, enc: Encoding, key: &[u8]) -> Result<ExitCode, Failure> {
-    eprintln!("not found: key {} in table {table:?}", enc.name(key));
+    errln!("not found: key {} in table {table:?}", enc.name(key));
     Ok(ExitCode::from(1))
 }
 
 #[derive(Serialize)]
 struct Got {
     table: String,
-    key: String,
+    key: Shown,
     found: bool,
-    value: Option<String>,
+    value: Option<Shown>,
 }
 
 /// A read transaction's table, or the exit-1 failure naming the tables
@@ -215,7 +248,7 @@ fn read_table<'r>(read: &'r ReadTxn, name: &str, store: &Path) -> Result<Table<'
 pub fn get(g: GetArgs) -> Result<ExitCode, Failure> {
     let a = g.key;
     let enc = Encoding::new(a.keyed.hex);
-    let key = enc.parse("KEY", &a.key)?;
+    let key = a.keyed.key_encoding().parse("KEY", &a.key)?;
     let table = a.keyed.table.as_str();
     let db = open(&a.store)?;
     // The store refuses to write such a key; say so rather than "absent".
@@ -230,14 +263,14 @@ pub fn get(g: GetArgs) -> Result<ExitCode, Failure> {
         ));
     }
     let read = db.begin_read();
-    let key_shown = enc.show(String::new, &key)?;
+    let key_shown = enc.json(&key);
     let value = match read_table(&read, table, &a.store) {
         Ok(t) => t.get(&key).map_err(|e| Failure::from_db(e, &a.store))?,
         Err(f) if f.kind == Kind::Absent => {
             if a.keyed.out.json {
                 print_json(&Got::absent(table, key_shown))?;
             }
-            eprintln!("not found: {}", f.message);
+            errln!("not found: {}", f.message);
             return Ok(ExitCode::from(f.code));
         }
         Err(f) => return Err(f),
@@ -249,28 +282,26 @@ pub fn get(g: GetArgs) -> Result<ExitCode, Failure> {
         return absent(table, enc, &key);
     };
     if g.raw {
-        let mut out = std::io::stdout().lock();
-        out.write_all(&value)
-            .and_then(|()| out.flush())
-            .map_err(|e| Failure::new(Kind::Failed, format!("writing the value: {e}")))?;
+        let mut out = Stdout::buffered();
+        out.write_all(&value)?;
+        out.finish()?;
         return Ok(ExitCode::SUCCESS);
     }
-    let shown = enc.show(|| format!("the value of key {}", enc.name(&key)), &value)?;
     if a.keyed.out.json {
         print_json(&Got {
             table: table.into(),
             key: key_shown,
             found: true,
-            value: Some(shown),
+            value: Some(enc.json(&value)),
         })?;
     } else {
-        println!("{shown}");
+        outln!("{}", enc.text(&value))?;
     }
     Ok(ExitCode::SUCCESS)
 }
 
 impl Got {
-    fn absent(table: &str, key: String) -> Got {
+    fn absent(table: &str, key: Shown) -> Got {
         Got {
             table: table.into(),
             key,
@@ -282,8 +313,8 @@ impl Got {
 
 #[derive(Serialize)]
 struct Entry {
-    key: String,
-    value: String,
+    key: Shown,
+    value: Shown,
 }
 
 #[derive(Serialize)]
@@ -295,38 +326,10 @@ struct Scanned {
     more: bool,
 }
 
-/// The entry printed: its key and value as the encoding shows them.
-fn show_entry(enc: Encoding, kv: &KeyValue) -> Result<Entry, Failure> {
-    let key = enc.show(|| format!("the key {}", enc.name(kv.key())), kv.key())?;
-    let value = enc.show(
-        || format!("the value of key {}", enc.name(kv.key())),
-        kv.value(),
-    )?;
-    Ok(Entry { key, value })
-}
-
-/// A text line of `scan` is `KEY<TAB>VALUE`: a key or value holding a
-/// tab or a line break would make it ambiguous (where does the key end,
-/// where does the entry end?), so it is refused, as bytes that are not
-/// UTF-8 are, rather than printed. Hex digits never hold either.
-fn check_line(enc: Encoding, kv: &KeyValue, e: &Entry) -> Result<(), Failure> {
-    let breaks = |s: &str| s.contains(['\t', '\n', '\r']);
-    let what = if breaks(&e.key) {
-        format!("the key {}", enc.name(kv.key()))
-    } else if breaks(&e.value) {
-        format!("the value of key {}", enc.name(kv.key()))
-    } else {
-        return Ok(());
-    };
-    Err(Failure::bad_input(format!(
-        "{what} holds a tab or a line break, which a `KEY<TAB>VALUE` line cannot show; \
-         print the scan with --json or --hex"
-    )))
-}
-
 pub fn scan(a: ScanArgs) -> Result<ExitCode, Failure> {
     let enc = Encoding::new(a.keyed.hex);
-    let parse = |what, k: &Option<String>| k.as_ref().map(|k| enc.parse(what, k)).transpose();
+    let key_enc = a.keyed.key_encoding();
+    let parse = |what, k: &Option<String>| k.as_ref().map(|k| key_enc.parse(what, k)).transpose();
     let from = parse("--from", &a.from)?;
     let to = parse("--to", &a.to)?;
     let prefix = parse("--prefix", &a.prefix)?;
@@ -345,7 +348,10 @@ pub fn scan(a: ScanArgs) -> Result<ExitCode, Failure> {
     };
     let limit = a.limit.unwrap_or(usize::MAX);
     let (mut count, mut more, mut entries) = (0, false, Vec::new());
-    let mut stdout = std::io::stdout().lock();
+    // Text lines go out as they are found (a buffer at a time), and a
+    // reader that closes stdout (`keel db scan S | head`) ends the scan.
+    // JSON is one object, printed once the scan is whole.
+    let mut out = Stdout::buffered();
     for kv in iter {
         let kv = kv.map_err(|e| Failure::from_db(e, &a.store))?;
         if count == limit {
@@ -353,24 +359,19 @@ pub fn scan(a: ScanArgs) -> Result<ExitCode, Failure> {
             break;
         }
         count += 1;
-        let e = show_entry(enc, &kv)?;
         if json {
-            entries.push(e);
+            entries.push(Entry {
+                key: enc.json(kv.key()),
+                value: enc.json(kv.value()),
+            });
         } else {
-            check_line(enc, &kv, &e)?;
-            // Printed as found: a long scan shows its first entries at once.
-            match writeln!(stdout, "{}\t{}", e.key, e.value) {
-                Ok(()) => {}
-                // The reader has all it wants (`keel db scan S | head`).
-                Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => {
-                    return Ok(ExitCode::SUCCESS)
-                }
-                Err(e) => return Err(stdout_failed(e)),
-            }
+            // Escaped text holds no tab and no line break.
+            writeln!(out, "{}\t{}", enc.text(kv.key()), enc.text(kv.value()))?;
         }
     }
+    out.finish()?;
     if more && !json {
-        eprintln!("note: stopped at --limit {limit}; more entries follow");
+        errln!("note: stopped at --limit {limit}; more entries follow");
     }
     if json {
         print_json(&Scanned {
@@ -381,10 +382,6 @@ pub fn scan(a: ScanArgs) -> Result<ExitCode, Failure> {
         })?;
     }
     Ok(ExitCode::SUCCESS)
-}
-
-fn stdout_failed(e: std::io::Error) -> Failure {
-    Failure::internal(format!("writing to stdout: {e}"))
 }
 
 #[derive(Serialize)]
@@ -401,16 +398,13 @@ pub fn tables(a: StoreArgs) -> Result<ExitCode, Failure> {
     if a.out.json {
         print_json(&Tables { tables })?;
     } else {
-        // One name a line: a name holding a line break would read as two.
-        if let Some(t) = tables.iter().find(|t| t.contains(['\n', '\r'])) {
-            return Err(Failure::bad_input(format!(
-                "the table name {t:?} holds a line break, which a one-name-a-line listing \
-                 cannot show; list the tables with --json"
-            )));
-        }
+        // One name a line, escaped as keys are: a line break in a name
+        // cannot make it read as two.
+        let mut out = Stdout::buffered();
         for t in tables {
-            println!("{t}");
+            writeln!(out, "{}", escape(t.as_bytes()))?;
         }
+        out.finish()?;
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -7,6 +7,8 @@ use keel::db::DbError;
 use keel::journal::JournalError;
 use serde::Serialize;
 
+use crate::out::StdoutError;
+
 /// The kinds of failure, named in `--json` output.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
@@ -24,6 +26,9 @@ pub enum Kind {
     Locked,
     /// A read, write or sync failed, or the store refused the write.
     Failed,
+    /// Standard output was closed by its reader: the command stopped
+    /// there, and `keel` exits 0 saying nothing (see `crate::out`).
+    StdoutClosed,
 }
 
 /// A failed command: the message for stderr and the exit code.
@@ -44,6 +49,7 @@ struct FailureJson<'a> {
 impl Failure {
     pub fn new(kind: Kind, message: impl Into<String>) -> Failure {
         let code = match kind {
+            Kind::StdoutClosed => 0,
             Kind::Absent => 1,
             _ => 2,
         };
@@ -82,6 +88,15 @@ impl Failure {
             error: &self.message,
             kind: self.kind,
             exit_code: self.code,
+        }
+    }
+}
+
+impl From<StdoutError> for Failure {
+    fn from(e: StdoutError) -> Failure {
+        match e {
+            StdoutError::Closed => Failure::new(Kind::StdoutClosed, e.to_string()),
+            StdoutError::Failed(_) => Failure::internal(e.to_string()),
         }
     }
 }

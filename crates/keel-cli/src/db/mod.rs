@@ -30,7 +30,9 @@ use keel::db::Database;
 use serde::Serialize;
 
 pub use args::DbCommand;
-use failure::Failure;
+use failure::{Failure, Kind};
+
+use crate::out::StdoutError;
 
 pub fn run(cmd: DbCommand) -> anyhow::Result<ExitCode> {
     let json = cmd.json();
@@ -47,15 +49,21 @@ pub fn run(cmd: DbCommand) -> anyhow::Result<ExitCode> {
     };
     match result {
         Ok(code) => Ok(code),
+        // `main` ends every command this way.
+        Err(f) if f.kind == Kind::StdoutClosed => Err(StdoutError::Closed.into()),
         Err(f) => {
+            // Where stdout fails for another reason, the message below
+            // still says why, and the exit code is the failure's.
             if json {
-                println!("{}", serde_json::to_string(&f.json())?);
+                if let Err(StdoutError::Closed) = outln!("{}", serde_json::to_string(&f.json())?) {
+                    return Err(StdoutError::Closed.into());
+                }
             }
             let label = match f.kind {
-                failure::Kind::Absent => "not found",
+                Kind::Absent => "not found",
                 _ => "error",
             };
-            eprintln!("{label}: {}", f.message);
+            errln!("{label}: {}", f.message);
             Ok(ExitCode::from(f.code))
         }
     }
@@ -75,6 +83,5 @@ fn open(store: &Path) -> Result<Database, Failure> {
 /// Print `value` as one JSON object on stdout.
 fn print_json(value: &impl Serialize) -> Result<(), Failure> {
     let text = serde_json::to_string(value).map_err(|e| Failure::internal(e.to_string()))?;
-    println!("{text}");
-    Ok(())
+    Ok(outln!("{text}")?)
 }

@@ -45,7 +45,7 @@ pub fn run(a: SalvageArgs) -> Result<ExitCode, Failure> {
     if a.out.json {
         print_json(&Json::new(&report))?;
     } else {
-        print!("{}", render(&report));
+        out!("{}", render(&report))?;
     }
     Ok(ExitCode::from(u8::from(report.lost_anything())))
 }
@@ -86,7 +86,7 @@ fn progress_printer() -> keel::db::SalvageProgressFn {
             SalvageProgress::Checking => "checking the new store".into(),
             _ => return,
         };
-        eprintln!("salvage: {what}");
+        errln!("salvage: {what}");
     })
 }
 

@@ -9,6 +9,7 @@ use keel::io::cpu_list;
 use serde::Serialize;
 
 use super::args::StoreArgs;
+use super::bytes::escape;
 use super::failure::Failure;
 use super::{open, print_json};
 use crate::util::{format_size, format_size_approx};
@@ -115,7 +116,7 @@ pub fn run(a: StoreArgs) -> Result<ExitCode, Failure> {
     if a.out.json {
         print_json(&r)?;
     } else {
-        print!("{}", render(&r));
+        out!("{}", render(&r))?;
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -232,7 +233,7 @@ fn render(r: &Report) -> String {
     let tables: Vec<String> = r
         .tables
         .iter()
-        .map(|t| format!("{} ({} keys)", t.name, t.keys))
+        .map(|t| format!("{} ({} keys)", escape(t.name.as_bytes()), t.keys))
         .collect();
     let tables = if tables.is_empty() {
         "none".to_string()

@@ -1,6 +1,6 @@
 //! Keys and values on the command line.
 
-use super::bytes::{decode_hex, encode_hex, Encoding};
+use super::bytes::{decode_hex, encode_hex, escape, unescape, Encoding};
 use super::failure::Kind;
 
 #[test]
@@ -30,13 +30,38 @@ fn bad_hex_says_why_without_panicking() {
 }
 
 #[test]
-fn text_that_is_not_utf8_asks_for_hex() {
-    let f = Encoding::Text
-        .show(|| "the value of key \"k\"".into(), &[0xff, 0x00])
-        .unwrap_err();
-    assert!(f.message.contains("not UTF-8"), "{}", f.message);
-    assert!(f.message.contains("--hex"), "{}", f.message);
-    assert_eq!(Encoding::Hex.show(String::new, &[0xff, 0]).unwrap(), "ff00");
+fn any_bytes_print_escaped_and_read_back() {
+    assert_eq!(escape(b"plain caf\xc3\xa9"), "plain café");
+    assert_eq!(escape(b"a\\b"), "a\\\\b");
+    assert_eq!(escape(b"t\tn\nr\r\x00\x7f"), "t\\x09n\\x0ar\\x0d\\x00\\x7f");
+    assert_eq!(escape(&[0xff, b'k', 0xc3]), "\\xffk\\xc3");
+    // U+0085 (a control character) is escaped byte by byte; U+00A0 is not.
+    assert_eq!(escape("\u{85}\u{a0}".as_bytes()), "\\xc2\\x85\u{a0}");
+    // A literal `\xff` and the byte 0xff print differently.
+    assert_ne!(escape(b"\\xff"), escape(&[0xff]));
+    let all: Vec<u8> = (0..=255).collect();
+    let mut samples = vec![all.clone(), all.iter().rev().copied().collect()];
+    samples.push("é\\x41\\\\ \u{2028}\u{9f}\u{10ffff}".as_bytes().to_vec());
+    samples.push(b"\\".to_vec());
+    for bytes in samples {
+        let text = escape(&bytes);
+        assert!(!text.contains(['\t', '\n', '\r']), "{text}");
+        assert_eq!(unescape(&text).as_deref(), Some(&bytes[..]), "{text}");
+    }
+    assert_eq!(unescape("a\\"), None);
+    assert_eq!(unescape("\\q"), None);
+}
+
+#[test]
+fn json_shows_utf8_as_a_string_and_other_bytes_as_hex() {
+    let show = |enc: Encoding, b: &[u8]| serde_json::to_string(&enc.json(b)).unwrap();
+    assert_eq!(show(Encoding::Text, b"k\t\"1\""), r#""k\t\"1\"""#);
+    assert_eq!(show(Encoding::Text, &[0xff, 0]), r#"{"hex":"ff00"}"#);
+    assert_eq!(show(Encoding::Text, b""), r#""""#);
+    assert_eq!(show(Encoding::Hex, b"k"), r#""6b""#);
+    assert_eq!(show(Encoding::Hex, &[0xff]), r#""ff""#);
+    assert_eq!(Encoding::Hex.text(&[0xff, 0]), "ff00");
+    assert_eq!(Encoding::Text.text(&[0xff, 0]), "\\xff\\x00");
     assert_eq!(Encoding::Text.name(b"k"), "\"k\"");
     assert_eq!(Encoding::Text.name(&[0xff]), "0xff");
 }

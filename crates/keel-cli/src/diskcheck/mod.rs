@@ -247,9 +247,9 @@ fn write(a: WriteArgs) -> anyhow::Result<ExitCode> {
     bar.finish_and_clear();
     let summary = summary?;
     if a.json {
-        println!("{}", serde_json::to_string(&summary)?);
+        outln!("{}", serde_json::to_string(&summary)?)?;
     } else {
-        println!(
+        outln!(
             "run {}: {} durable writes of {} in {:.1} s with {} thread(s), method {}: {:.0} writes/s, {:.1} MiB/s",
             summary.run_id,
             summary.writes,
@@ -259,7 +259,7 @@ fn write(a: WriteArgs) -> anyhow::Result<ExitCode> {
             summary.method,
             summary.writes_per_s,
             summary.mib_per_s
-        );
+        )?;
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -280,9 +280,9 @@ fn verify_cmd(a: VerifyArgs) -> anyhow::Result<ExitCode> {
     let listed_all = report.error_blocks.len() <= a.max_listed;
     report.error_blocks.truncate(a.max_listed);
     if a.json {
-        println!("{}", serde_json::to_string(&report)?);
+        outln!("{}", serde_json::to_string(&report)?)?;
     } else {
-        print_report(&report, listed_all);
+        print_report(&report, listed_all)?;
     }
     for w in &report.warnings {
         eprintln!("warning: {w}");
@@ -294,8 +294,8 @@ fn verify_cmd(a: VerifyArgs) -> anyhow::Result<ExitCode> {
     })
 }
 
-fn print_report(r: &verify::Report, listed_all: bool) {
-    println!(
+fn print_report(r: &verify::Report, listed_all: bool) -> Result<(), crate::out::StdoutError> {
+    outln!(
         "run {} from {} ({} blocks of {} bytes, {} thread(s), {}), recorded by {}{}",
         r.run_id,
         r.host,
@@ -309,46 +309,47 @@ fn print_report(r: &verify::Report, listed_all: bool) {
         } else {
             ""
         }
-    );
-    println!("blocks with an acknowledged write: {}", r.acked);
-    println!("  fine         {:>10}", r.fine);
-    println!(
+    )?;
+    outln!("blocks with an acknowledged write: {}", r.acked)?;
+    outln!("  fine         {:>10}", r.fine)?;
+    outln!(
         "  in flight    {:>10}  (a write was under way: old or new content are both correct)",
         r.in_flight
-    );
-    println!("  lost         {:>10}", r.lost);
-    println!("  torn         {:>10}", r.torn);
-    println!("  misdirected  {:>10}", r.misdirected);
-    println!("  unannounced  {:>10}", r.unannounced);
+    )?;
+    outln!("  lost         {:>10}", r.lost)?;
+    outln!("  torn         {:>10}", r.torn)?;
+    outln!("  misdirected  {:>10}", r.misdirected)?;
+    outln!("  unannounced  {:>10}", r.unannounced)?;
     if r.errors == 0 {
-        println!("no error: every acknowledged write was found");
-        return;
+        outln!("no error: every acknowledged write was found")?;
+        return Ok(());
     }
     if r.acked > 0 && r.lost == r.acked {
-        println!(
+        outln!(
             "the disk kept none of its acknowledged writes: all {} blocks acknowledged in this run are lost",
             r.acked
-        );
+        )?;
     }
-    println!("ERRORS: {}", r.errors);
-    println!("errors by seconds before the end of the run:");
+    outln!("ERRORS: {}", r.errors)?;
+    outln!("errors by seconds before the end of the run:")?;
     for b in &r.histogram {
-        println!("  {:>6} s  {}", b.seconds_before_end, b.errors);
+        outln!("  {:>6} s  {}", b.seconds_before_end, b.errors)?;
     }
     for e in &r.error_blocks {
         let found = e
             .found_gen
             .map_or("damaged".to_string(), |g| format!("generation {g}"));
-        println!(
+        outln!(
             "  block {}: {}, acknowledged generation {}, found {found}",
             e.block,
             e.kind.name(),
             e.acked_gen
-        );
+        )?;
     }
     if !listed_all {
-        println!("  … (more; raise --max-listed)");
+        outln!("  … (more; raise --max-listed)")?;
     }
+    Ok(())
 }
 
 /// The single-machine mode is only meaningful with the ack file elsewhere.

@@ -110,11 +110,11 @@ fn inspect_and_print(
     let exists = std::fs::metadata(dir);
     match exists {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            eprintln!("error: {}: no such directory", dir.display());
+            errln!("error: {}: no such directory", dir.display());
             return Ok(ExitCode::from(2));
         }
         Ok(m) if !m.is_dir() => {
-            eprintln!("error: {} is not a directory", dir.display());
+            errln!("error: {} is not a directory", dir.display());
             return Ok(ExitCode::from(2));
         }
         // Other errors (permissions) surface, with the path, when the scan
@@ -124,17 +124,17 @@ fn inspect_and_print(
     let report = match report::build(vfs, dir, filter) {
         Ok(r) => r,
         Err(e) => {
-            eprintln!("error: {e:#}");
+            errln!("error: {e:#}");
             return Ok(ExitCode::from(2));
         }
     };
     if json {
-        println!("{}", serde_json::to_string(&report)?);
+        outln!("{}", serde_json::to_string(&report)?)?;
     } else {
-        print::print(&report);
+        print::print(&report)?;
     }
     if let Some(e) = &report.error {
-        eprintln!("error: {e}");
+        errln!("error: {e}");
     }
     Ok(ExitCode::from(report.status.exit_code()))
 }

@@ -3,8 +3,8 @@
 use super::report::{Report, Status};
 use crate::util::format_size;
 
-pub fn print(r: &Report) {
-    print!("{}", render(r));
+pub fn print(r: &Report) -> Result<(), crate::out::StdoutError> {
+    out!("{}", render(r))
 }
 
 /// The whole text report.

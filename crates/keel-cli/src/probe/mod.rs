@@ -128,9 +128,9 @@ pub fn run(args: ProbeArgs) -> anyhow::Result<ExitCode> {
         save(base, &markdown, &json)?;
     }
     if probe.args.json {
-        println!("{json}");
+        outln!("{json}")?;
     } else {
-        print!("{markdown}");
+        out!("{markdown}")?;
     }
     eprintln!("keel probe: done in {:.1} s", probe.elapsed_s);
     Ok(ExitCode::SUCCESS)

@@ -522,12 +522,12 @@ pub fn run(args: CommitArgs) -> anyhow::Result<std::process::ExitCode> {
                     None => String::new(),
                 },
             );
-            println!("{}", out.to_json(&spec));
+            outln!("{}", out.to_json(&spec))?;
             Ok(std::process::ExitCode::SUCCESS)
         }
         Err(e) => {
             eprintln!("error: {e:#}");
-            println!("{}", json!({ "error": format!("{e:#}") }));
+            outln!("{}", json!({ "error": format!("{e:#}") }))?;
             Ok(std::process::ExitCode::FAILURE)
         }
     }

@@ -85,8 +85,8 @@ pub fn run(args: MethodsArgs) -> anyhow::Result<ExitCode> {
     plan.check_dir(&vfs)?;
     let machine = Machine::for_path(&plan.dir);
     if !plan.json {
-        println!("{}", plan.describe());
-        println!("machine: {}\n", machine.describe());
+        outln!("{}", plan.describe())?;
+        outln!("machine: {}\n", machine.describe())?;
     }
     let (outcomes, comparisons) = if plan.vs_fio {
         fio::compare(&vfs, &plan, &machine)?
@@ -99,14 +99,14 @@ pub fn run(args: MethodsArgs) -> anyhow::Result<ExitCode> {
         (outcomes, Vec::new())
     };
     if plan.json {
-        println!("{}", output::json(&plan, &machine, &outcomes, &comparisons));
+        outln!("{}", output::json(&plan, &machine, &outcomes, &comparisons))?;
     } else {
-        print!("{}", output::text(&outcomes, &comparisons));
+        out!("{}", output::text(&outcomes, &comparisons))?;
     }
     if let Some(path) = &plan.plot {
         output::plot(path, &plan, &outcomes)?;
         if !plan.json {
-            println!("\nlatency plot: {}", path.display());
+            outln!("\nlatency plot: {}", path.display())?;
         }
     }
     let all_failed = outcomes.iter().all(|o| o.result.is_err())

@@ -157,14 +157,14 @@ pub fn run(args: MixedArgs) -> anyhow::Result<ExitCode> {
     check_dir(&vfs, &plan.dir, plan.set_size, "--set-size")?;
     let machine = Machine::for_path(&plan.dir);
     if !plan.json {
-        println!("{}", plan.describe());
-        println!("machine: {}\n", machine.describe());
+        outln!("{}", plan.describe())?;
+        outln!("machine: {}\n", machine.describe())?;
     }
     let outcomes = run::run_all(&vfs as &dyn Vfs, &plan)?;
     if plan.json {
-        println!("{}", json(&plan, &machine, &outcomes));
+        outln!("{}", json(&plan, &machine, &outcomes))?;
     } else {
-        print!("{}", text(&outcomes));
+        out!("{}", text(&outcomes))?;
     }
     if let Some(path) = &plan.plot {
         let series: Vec<plot::Series<'_>> = outcomes
@@ -185,7 +185,7 @@ pub fn run(args: MixedArgs) -> anyhow::Result<ExitCode> {
             .collect();
         plot::percentile_svg(path, "mixed random read/write latency", &series)?;
         if !plan.json {
-            println!("\nlatency plot: {}", path.display());
+            outln!("\nlatency plot: {}", path.display())?;
         }
     }
     Ok(if outcomes.iter().all(|o| o.result.is_err()) {

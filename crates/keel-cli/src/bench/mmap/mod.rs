@@ -196,14 +196,14 @@ pub fn run(args: MmapArgs) -> anyhow::Result<ExitCode> {
     )?;
     let machine = Machine::for_path(&plan.dir);
     if !plan.json {
-        println!("{}", plan.describe());
-        println!("machine: {}\n", machine.describe());
+        outln!("{}", plan.describe())?;
+        outln!("machine: {}\n", machine.describe())?;
     }
     let outcomes = run_rounds(&vfs, &plan);
     if plan.json {
-        println!("{}", json(&plan, &machine, &outcomes));
+        outln!("{}", json(&plan, &machine, &outcomes))?;
     } else {
-        print!("{}", text(&plan, &outcomes));
+        out!("{}", text(&plan, &outcomes))?;
     }
     if let Some(path) = &plan.plot {
         let series: Vec<plot::Series<'_>> = outcomes
@@ -221,7 +221,7 @@ pub fn run(args: MmapArgs) -> anyhow::Result<ExitCode> {
             .collect();
         plot::percentile_svg(path, "transaction latency (fill random, raw)", &series)?;
         if !plan.json {
-            println!("\nlatency plot: {}", path.display());
+            outln!("\nlatency plot: {}", path.display())?;
         }
     }
     Ok(if outcomes.iter().all(|o| o.result.is_err()) {

@@ -77,8 +77,8 @@ pub fn run(args: SizesArgs) -> anyhow::Result<ExitCode> {
     plan.check_dir(&vfs)?;
     let machine = Machine::for_path(&plan.dir);
     if !plan.json {
-        println!("{}", plan.describe());
-        println!("machine: {}\n", machine.describe());
+        outln!("{}", plan.describe())?;
+        outln!("machine: {}\n", machine.describe())?;
     }
     let outcomes: Vec<Outcome> = plan
         .runs
@@ -86,14 +86,14 @@ pub fn run(args: SizesArgs) -> anyhow::Result<ExitCode> {
         .map(|r| Outcome::run(&vfs, &plan.dir, r, plan.json))
         .collect();
     if plan.json {
-        println!("{}", output::json(&plan, &machine, &outcomes));
+        outln!("{}", output::json(&plan, &machine, &outcomes))?;
     } else {
-        print!("{}", output::text(&outcomes));
+        out!("{}", output::text(&outcomes))?;
     }
     if let Some(path) = &plan.plot {
         output::plot(path, &outcomes)?;
         if !plan.json {
-            println!("\nthroughput plot: {}", path.display());
+            outln!("\nthroughput plot: {}", path.display())?;
         }
     }
     Ok(if outcomes.iter().all(|o| o.result.is_err()) {
