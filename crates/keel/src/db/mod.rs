@@ -63,7 +63,7 @@ pub use salvage::{
     JournalNote, JournalStop, LostChange, LostChangeKind, MetaChoice, RenamedTable, SalvageMeta,
     SalvageOptions, SalvageProgress, SalvageProgressFn, SalvageReport, UnreachableRange,
 };
-pub use store::{DATA_FILE, JOURNAL_DIR, LOCK_FILE};
+pub use store::{CLEAN_FILE, DATA_FILE, JOURNAL_DIR, LOCK_FILE};
 pub use txn::{TableMut, WriteTxn};
 
 use crate::btree::{CacheStats, PageSize};
@@ -651,7 +651,7 @@ impl Database {
         s.put_writer(w);
         s.wait_published(last)?;
         s.checkpoint()?;
-        Ok(())
+        s.mark_closed_clean()
     }
 
     fn stop_checkpointer(&mut self) {

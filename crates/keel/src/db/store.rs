@@ -40,6 +40,10 @@ pub const DATA_FILE: &str = "data.keel";
 pub const JOURNAL_DIR: &str = "journal";
 /// The lock file's name inside the store directory.
 pub const LOCK_FILE: &str = "LOCK";
+/// The file a close that made everything durable leaves: the next open
+/// keeps the data file's cached pages (see docs/format.md, "Recovery") and removes
+/// it, durably, before it writes anything.
+pub const CLEAN_FILE: &str = "CLEAN";
 
 /// Recover from a poisoned mutex: every critical section here leaves its
 /// state consistent before anything can panic, and a panic elsewhere must
@@ -426,8 +430,20 @@ fn read_metas(data: &dyn VfsFile) -> Result<(Vec<u8>, Vec<u8>)> {
 /// and then reusing the pages the older meta refers to would leave nothing
 /// valid after a power cut. After a failed sync, pages that never reached
 /// the disk may read back as written until evicted.
-fn durable_meta(dir: &Path, data: &dyn VfsFile, read_only: bool) -> Result<(Meta, PageSize)> {
-    data.evict_clean_pages()?;
+///
+/// A store the last process closed cleanly (`CLEAN_FILE`: every write of
+/// its synced, no sync failed) has no such pages: its cached pages are
+/// kept, so reads after a restart start from the page cache rather than
+/// the disk.
+fn durable_meta(
+    dir: &Path,
+    data: &dyn VfsFile,
+    read_only: bool,
+    closed_clean: bool,
+) -> Result<(Meta, PageSize)> {
+    if !closed_clean {
+        data.evict_clean_pages()?;
+    }
     if !read_only {
         // (A read-only open adopts nothing: it reads what is there.)
         data.sync(SyncKind::Data)?;
@@ -604,6 +620,18 @@ impl Shared {
         Self::recover(dir, options, guard, true)
     }
 
+    /// Leave the mark of a clean close: everything this process wrote to
+    /// the data file is durable (the caller's checkpoint synced it, and no
+    /// sync failed: a failed one poisons the store).
+    pub(crate) fn mark_closed_clean(&self) -> Result<()> {
+        self.check_poison()?;
+        let vfs = &self.options.vfs;
+        let path = self.path.join(CLEAN_FILE);
+        drop(vfs.open(&path, OpenOptions::new(OpenMode::Buffered).create(true))?);
+        vfs.sync_dir(&self.path)?;
+        Ok(())
+    }
+
     fn recover(
         dir: &Path,
         options: Options,
@@ -616,7 +644,15 @@ impl Shared {
             &path,
             OpenOptions::new(OpenMode::Buffered).read_only(read_only),
         )?;
-        let (meta, ps) = durable_meta(dir, data.as_ref(), read_only)?;
+        // The mark of a clean close goes (durably) before this process
+        // writes anything: a crash of this one leaves none.
+        let clean = dir.join(CLEAN_FILE);
+        let closed_clean = vfs.exists(&clean)?;
+        if closed_clean && !read_only {
+            vfs.remove_file(&clean)?;
+            vfs.sync_dir(dir)?;
+        }
+        let (meta, ps) = durable_meta(dir, data.as_ref(), read_only, closed_clean)?;
         let journal = open_journal(dir, &vfs, &options, &meta, read_only)?;
         // No value longer than the journal's records can hold was ever
         // written: a longer length is damage, refused before it is read.

@@ -1238,3 +1238,77 @@ fn background_threads_keep_to_their_cpus() {
         );
     }
 }
+
+/// A clean close leaves its mark; the next open removes it, durably,
+/// before anything else (a crash of that process leaves no mark).
+#[test]
+fn a_clean_close_is_marked_and_the_next_open_unmarks_it() {
+    for seed in 0..16 {
+        let vfs = SimVfs::new(11 + seed);
+        let mark = Path::new("/s").join(super::CLEAN_FILE);
+        let db = builder(&vfs).create("/s").unwrap();
+        commit_one(&db, b"k", b"v").unwrap();
+        db.close().unwrap();
+        assert!(vfs.exists(&mark).unwrap());
+        // A read-only open writes nothing: the mark stays.
+        let ro = builder(&vfs).open_read_only("/s").unwrap();
+        assert_eq!(get(&ro, "t", b"k"), Some(b"v".to_vec()));
+        drop(ro);
+        assert!(vfs.exists(&mark).unwrap());
+        let db = builder(&vfs).open("/s").unwrap();
+        assert!(!vfs.exists(&mark).unwrap());
+        commit_one(&db, b"k2", b"v2").unwrap();
+        vfs.crash(CrashMode::PowerLoss);
+        drop(db); // no close: no mark
+        assert!(
+            !vfs.exists(&mark).unwrap(),
+            "seed {seed}: the removal was durable"
+        );
+        let db = builder(&vfs).open("/s").unwrap();
+        assert_eq!(get(&db, "t", b"k2"), Some(b"v2".to_vec()));
+    }
+}
+
+/// After a data-file sync failed (its pages marked clean but never
+/// written, as Linux does), the close fails and leaves no mark: the next
+/// open evicts those pages and adopts only what the disk holds, so a
+/// later power cut loses nothing it adopted.
+#[test]
+fn a_failed_sync_leaves_no_clean_mark_and_the_next_open_reads_the_disk() {
+    for (seed, nth) in (0..12).map(|s| (s, s % 2)) {
+        let vfs = SimVfs::new(100 + seed);
+        vfs.set_failed_sync_drops(1.0);
+        let db = builder(&vfs).create("/s").unwrap();
+        for i in 0..50u8 {
+            commit_one(&db, &[i], &[i; 300]).unwrap();
+        }
+        db.checkpoint().unwrap();
+        let durable = db.stats().checkpoint_generation;
+        for i in 50..100u8 {
+            commit_one(&db, &[i], &[i; 300]).unwrap();
+        }
+        // The checkpoint's n-th sync of the data file fails (its pages,
+        // or its meta page): what it wrote reads back until evicted.
+        let data = Path::new("/s").join(super::DATA_FILE);
+        vfs.fail_after_on(&data, crate::io::OpKind::Sync, nth, libc::EIO);
+        assert!(db.checkpoint().is_err(), "nth {nth}");
+        assert!(db.close().is_err(), "poisoned");
+        assert!(!vfs
+            .exists(&Path::new("/s").join(super::CLEAN_FILE))
+            .unwrap());
+        vfs.crash(CrashMode::Process);
+        let db = builder(&vfs).open("/s").unwrap();
+        assert_eq!(
+            db.stats().checkpoint_generation,
+            durable,
+            "seed {seed} nth {nth}: adopted a meta page that is not on the disk"
+        );
+        drop(db);
+        vfs.crash(CrashMode::PowerLoss);
+        let db = builder(&vfs).open("/s").unwrap();
+        for i in 0..100u8 {
+            assert_eq!(get(&db, "t", &[i]), Some(vec![i; 300]), "seed {seed}");
+        }
+        db.check().unwrap();
+    }
+}
