@@ -373,7 +373,7 @@ fn host_name() -> String {
 }
 
 /// `30`, `30s`, `500ms`, `5m`, `1h`.
-fn parse_duration(s: &str) -> Result<Duration, String> {
+pub(crate) fn parse_duration(s: &str) -> Result<Duration, String> {
     let t = s.trim();
     let split = t
         .find(|c: char| !(c.is_ascii_digit() || c == '.'))

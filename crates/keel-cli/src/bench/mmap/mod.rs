@@ -432,6 +432,7 @@ mod summary_tests {
         Outcome {
             variant,
             round,
+            transactions: 100,
             result: Ok(run::Measured {
                 total_ms: 1.0,
                 tx_per_s,
