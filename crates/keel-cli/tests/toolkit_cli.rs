@@ -119,6 +119,58 @@ fn sizes_text_and_a_misaligned_durable_size() {
         stderr.contains("durable 1000 B: error:") && stderr.contains("multiple of"),
         "{stderr}"
     );
+    assert!(
+        text.contains("\nTerms:\n- sequential, parallel ×N"),
+        "{text}"
+    );
+    assert!(leftovers(&dir).is_empty());
+}
+
+/// Every text report ends with its legend: one line per term, then where
+/// the docs say more; `--json` has none.
+#[test]
+fn text_reports_end_with_a_legend() {
+    let dir = scratch("legend");
+    for (args, terms) in [
+        (
+            &[
+                "bench",
+                "mixed",
+                "--quick",
+                "--set-size",
+                "1M",
+                "--duration",
+                "0.1",
+            ][..],
+            &["- no_sync, fsync_every_write: ", "- reads/s, writes/s: "][..],
+        ),
+        (
+            &[
+                "bench",
+                "mmap",
+                "--quick",
+                "--transactions",
+                "5",
+                "--region",
+                "1M",
+            ],
+            &["- total ms, tx/s, ops/s: ", "- × sequential: "],
+        ),
+    ] {
+        let out = run(&dir, args);
+        assert!(out.status.success(), "{out:?}");
+        let text = String::from_utf8(out.stdout).unwrap();
+        let legend = text.split("\nTerms:\n").nth(1).expect("a legend");
+        for term in terms {
+            assert!(legend.contains(term), "{args:?} {term}: {legend}");
+        }
+        assert!(
+            legend.contains("More: docs/toolkit.md#keel-bench-"),
+            "{legend}"
+        );
+        let out = run(&dir, &[args, &["--json"]].concat());
+        assert!(!String::from_utf8(out.stdout).unwrap().contains("Terms:"));
+    }
     assert!(leftovers(&dir).is_empty());
 }
 
@@ -335,6 +387,7 @@ fn probe_json_has_every_step_and_a_justified_verdict() {
         md.contains("## Verdict") && md.contains("## 3. Parallel scaling"),
         "{md}"
     );
+    assert!(md.contains("## Terms\n\n* **durable**: "), "{md}");
     let mut left: Vec<String> = std::fs::read_dir(&dir)
         .unwrap()
         .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())

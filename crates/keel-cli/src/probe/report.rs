@@ -250,7 +250,8 @@ p99 of fewer than 100 writes is the slowest write.
 run's last write.
 * **× one writer**: writes/s over the one-writer run's.
 * **requests/s** (mixed load): reads and writes together; **tx/s** (fill random): transactions \
-of 100 puts, each made durable.
+of 100 puts, each made durable; **× sequential**: how many times longer a transaction takes than \
+with `sequential`.
 * **budget, share, 95 % interval**: see Budget and confidence above; the rules behind the \
 verdict: docs/toolkit.md#the-verdict-and-its-rules.
 ";
