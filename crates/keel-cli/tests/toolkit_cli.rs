@@ -436,8 +436,9 @@ fn ctrl_c_during_probe_removes_its_files_and_folder() {
 #[test]
 fn probe_keeps_its_budget_and_says_what_it_cut() {
     const BUDGET_S: f64 = 6.0;
-    // Process start, the machine description, removing the files.
-    const SLACK_S: f64 = 2.0;
+    // Process start, the machine description, removing the files, and a
+    // machine that slows down after the calibration.
+    const SLACK_S: f64 = 3.0;
     let dir = scratch("probe-budget");
     let base = dir.join("report");
     let started = Instant::now();
@@ -492,17 +493,17 @@ fn probe_keeps_its_budget_and_says_what_it_cut() {
             && md.contains("## Budget and confidence"),
         "{md}"
     );
-    // In time — unless even the least counts cannot fit here (syncs of
-    // several ms under load), which the probe must then say, and still
-    // stay near that least.
-    let least_s = f(b, "predicted_least_s");
-    if least_s < BUDGET_S * 0.8 {
+    // In time — unless the calibration said even the least counts cannot
+    // fit here (syncs of several ms under load), which the probe must then
+    // say, and still stay near that least.
+    if b["predicted_over_budget"] == false {
         assert!(
             wall_s <= BUDGET_S + SLACK_S,
             "took {wall_s:.1} s with a {BUDGET_S} s budget: {b}"
         );
     } else {
         assert!(stderr.contains("even at the least counts"), "{stderr}");
+        let least_s = f(b, "predicted_least_s");
         assert!(wall_s <= 2.0 * least_s + SLACK_S, "{wall_s} {b}");
     }
     assert_eq!(b["over_budget"], f(b, "elapsed_s") > BUDGET_S, "{b}");

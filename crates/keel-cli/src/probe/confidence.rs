@@ -51,6 +51,9 @@ pub struct BudgetReport {
     pub predicted_least_s: f64,
     /// The scale planned at the start: 1 = nothing cut.
     pub planned_scale: f64,
+    /// Whether, at the start, even the least counts were predicted not to
+    /// fit the budget (the probe then runs at those and says so).
+    pub predicted_over_budget: bool,
     /// Whether any count was cut below its default.
     pub cut: bool,
     /// Flags given on the command line, which the budget does not cut.
@@ -75,6 +78,7 @@ impl BudgetReport {
             predicted_full_s: planner.predicted_s(1.0),
             predicted_least_s: planner.predicted_s(0.0),
             planned_scale: first.scale,
+            predicted_over_budget: first.over_budget,
             cut: first.scale < 1.0,
             explicit_flags: args.explicit_flags(),
             quantities: Vec::new(),
@@ -503,19 +507,18 @@ fn confidence_lines(p: &Probe) -> Vec<String> {
             _ => "unknown (too few writes)".into(),
         };
         let tail = floor.iter().map(|f| f.p99_tail_samples).min().unwrap_or(0);
+        let p99 = if tail == 0 {
+            "a p99 of fewer than 100 writes is the slowest write".to_string()
+        } else {
+            format!("each p99 rests on the {tail} slowest write(s) at least")
+        };
         lines.push(format!(
-            "durable floor: {} writes per run; the 95 % interval of a median is {width}; each \
-             p99 rests on the {tail} slowest write(s){}",
+            "durable floor: {} writes per run; the 95 % interval of a median is {width}; {p99}",
             if least == most {
                 number(least as f64, 0)
             } else {
                 format!("{least}–{most}")
             },
-            if tail == 0 {
-                ": below 100 writes the p99 is the slowest write"
-            } else {
-                ""
-            }
         ));
     }
     if let Some(c) = method_choice(p) {
