@@ -439,6 +439,13 @@ fn vs_raw_quick_prints_ratios() {
     let table = String::from_utf8_lossy(&out.stdout);
     assert!(table.contains("| journal/raw |"), "{table}");
     assert!(table.contains("the floor at the same T and R"), "{table}");
+    for term in [
+        "- raw (the raw floor): ",
+        "- batch start: ",
+        "- records/write: ",
+    ] {
+        assert!(table.contains(term), "{term}: {table}");
+    }
     assert_eq!(table.lines().filter(|l| l.starts_with("| w2 ")).count(), 2);
     assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 0);
     // Bad input: a thread count of 0.
@@ -688,6 +695,17 @@ fn bench_store_quick_reports_targets() {
         table.contains("published as runs that readers search, and were inserted"),
         "{table}"
     );
+    let legend = table.split("\nTerms:\n").nth(1).expect("a legend");
+    for term in [
+        "- store: ",
+        "- raw (the raw floor): ",
+        "- w1, w2, w3, r1: ",
+        "- serial µs: the writer slot",
+        "- runs, helper: ",
+        "More: docs/bench-commit.md",
+    ] {
+        assert!(legend.contains(term), "{term}: {legend}");
+    }
     let out = keel()
         .args(["bench", "store", "--w2-threads", "0", "--dir"])
         .arg(&dir)
@@ -695,4 +713,23 @@ fn bench_store_quick_reports_targets() {
         .unwrap();
     assert!(!out.status.success(), "{out:?}");
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// `--help` lists the engines with the default, the store, first, and
+/// says what each one is.
+#[test]
+fn help_lists_the_engines_default_first() {
+    let out = keel().args(["bench", "commit", "--help"]).output().unwrap();
+    assert!(out.status.success());
+    let help = String::from_utf8_lossy(&out.stdout);
+    let at = |s: &str| {
+        help.find(s)
+            .unwrap_or_else(|| panic!("{s} missing: {help}"))
+    };
+    let (store, journal, raw) = (at("- store:"), at("- journal:"), at("- raw:"));
+    assert!(store < journal && journal < raw, "{help}");
+    assert!(help[store..journal].contains("The default"), "{help}");
+    assert!(help[journal..raw].contains("journal alone"), "{help}");
+    assert!(help[raw..].contains("bare durable writes"), "{help}");
+    assert!(help.contains("[default: store]"), "{help}");
 }

@@ -88,6 +88,20 @@ fn text_report_is_a_markdown_table() {
     assert!(rows[0].contains("total ms") && rows[0].contains("ms/write"));
     assert!(rows[2].starts_with("| buffered ") && rows[2].trim_end().ends_with("| no      |"));
     assert!(rows[3].starts_with("| fdatasync ") && rows[3].contains("| yes"));
+    // A legend: one line per term, then where the docs say more.
+    let legend = text.split("\nTerms:\n").nth(1).expect("a legend");
+    for term in [
+        "- method: ",
+        "- prealloc: ",
+        "- total ms, ms/write: ",
+        "- durable: ",
+    ] {
+        assert!(legend.contains(term), "{term}: {legend}");
+    }
+    assert!(
+        legend.contains("More: docs/toolkit.md#keel-bench-methods"),
+        "{legend}"
+    );
 }
 
 #[test]

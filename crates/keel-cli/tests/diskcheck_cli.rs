@@ -290,3 +290,110 @@ fn every_acknowledged_write_lost_is_a_verdict_not_wrong_file() {
     );
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// A mounted tmpfs to put an ack file on: /dev/shm where it is one, else
+/// one mounted for the test where that is permitted (root), else none.
+struct Tmpfs {
+    dir: PathBuf,
+    mounted: bool,
+}
+
+impl Tmpfs {
+    fn find(scratch: &Path) -> Option<Tmpfs> {
+        let mounts = std::fs::read_to_string("/proc/mounts").unwrap_or_default();
+        let shm = mounts.lines().any(|l| {
+            let f: Vec<&str> = l.split(' ').collect();
+            f.get(1) == Some(&"/dev/shm") && f.get(2) == Some(&"tmpfs")
+        });
+        if shm {
+            return Some(Tmpfs {
+                dir: PathBuf::from("/dev/shm"),
+                mounted: false,
+            });
+        }
+        let dir = scratch.join("tmpfs");
+        std::fs::create_dir_all(&dir).unwrap();
+        let ok = Command::new("mount")
+            .args(["-t", "tmpfs", "-o", "size=4M", "tmpfs"])
+            .arg(&dir)
+            .status()
+            .is_ok_and(|s| s.success());
+        ok.then_some(Tmpfs { dir, mounted: true })
+    }
+}
+
+impl Drop for Tmpfs {
+    fn drop(&mut self) {
+        if self.mounted {
+            let _ = Command::new("umount").arg(&self.dir).status();
+        }
+    }
+}
+
+fn write_ack_file(file: &Path, acks: &Path) -> Output {
+    run(keel()
+        .args(["diskcheck", "write", "--json", "--ack-file"])
+        .arg(acks)
+        .args(["--size", "64K", "--block", "4K", "--writes", "20"])
+        .args(["--method", "fdatasync", "--file"])
+        .arg(file))
+}
+
+fn warnings(out: &Output) -> (Vec<String>, String) {
+    assert!(out.status.success(), "{out:?}");
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let w = v["warnings"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no warnings field: {v}"))
+        .iter()
+        .map(|w| w.as_str().unwrap().to_string())
+        .collect();
+    (w, String::from_utf8_lossy(&out.stderr).into_owned())
+}
+
+/// An ack file in memory or on the file system under test makes the check
+/// prove nothing: `write` warns on stderr and in its JSON `warnings`, and
+/// `verify` does too.
+#[test]
+fn an_ack_file_that_cannot_outlive_the_power_cut_is_warned_about() {
+    let dir = std::env::temp_dir().join(format!("keel-dccli-place-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+
+    // Beside the file under test: the same file system.
+    let (file, acks) = (dir.join("disk.bin"), dir.join("acks.log"));
+    let (w, stderr) = warnings(&write_ack_file(&file, &acks));
+    assert!(w.len() == 1 && w[0].contains("same file system"), "{w:?}");
+    assert!(stderr.contains(&format!("warning: {}", w[0])), "{stderr}");
+    let out = verify_ack_file(&acks, &file, true);
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(
+        report["warnings"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|w| w.as_str().unwrap().contains("same file system")),
+        "{report}"
+    );
+
+    // In memory.
+    match Tmpfs::find(&dir) {
+        Some(tmpfs) => {
+            let acks = tmpfs
+                .dir
+                .join(format!("keel-dccli-acks-{}.log", std::process::id()));
+            let file = dir.join("disk2.bin");
+            let out = write_ack_file(&file, &acks);
+            let _ = std::fs::remove_file(&acks);
+            let (w, stderr) = warnings(&out);
+            assert!(w.iter().any(|w| w.contains("is on tmpfs")), "{w:?}");
+            assert!(
+                !w.iter().any(|w| w.contains("same file system")),
+                "the disk and the tmpfs differ: {w:?}"
+            );
+            assert!(stderr.contains("lives in memory"), "{stderr}");
+        }
+        None => eprintln!("no tmpfs at /dev/shm and none could be mounted: tmpfs case not run"),
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}

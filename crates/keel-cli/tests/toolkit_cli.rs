@@ -119,6 +119,58 @@ fn sizes_text_and_a_misaligned_durable_size() {
         stderr.contains("durable 1000 B: error:") && stderr.contains("multiple of"),
         "{stderr}"
     );
+    assert!(
+        text.contains("\nTerms:\n- sequential, parallel ×N"),
+        "{text}"
+    );
+    assert!(leftovers(&dir).is_empty());
+}
+
+/// Every text report ends with its legend: one line per term, then where
+/// the docs say more; `--json` has none.
+#[test]
+fn text_reports_end_with_a_legend() {
+    let dir = scratch("legend");
+    for (args, terms) in [
+        (
+            &[
+                "bench",
+                "mixed",
+                "--quick",
+                "--set-size",
+                "1M",
+                "--duration",
+                "0.1",
+            ][..],
+            &["- no_sync, fsync_every_write: ", "- reads/s, writes/s: "][..],
+        ),
+        (
+            &[
+                "bench",
+                "mmap",
+                "--quick",
+                "--transactions",
+                "5",
+                "--region",
+                "1M",
+            ],
+            &["- total ms, tx/s, ops/s: ", "- × sequential: "],
+        ),
+    ] {
+        let out = run(&dir, args);
+        assert!(out.status.success(), "{out:?}");
+        let text = String::from_utf8(out.stdout).unwrap();
+        let legend = text.split("\nTerms:\n").nth(1).expect("a legend");
+        for term in terms {
+            assert!(legend.contains(term), "{args:?} {term}: {legend}");
+        }
+        assert!(
+            legend.contains("More: docs/toolkit.md#keel-bench-"),
+            "{legend}"
+        );
+        let out = run(&dir, &[args, &["--json"]].concat());
+        assert!(!String::from_utf8(out.stdout).unwrap().contains("Terms:"));
+    }
     assert!(leftovers(&dir).is_empty());
 }
 
@@ -251,6 +303,8 @@ fn bad_input_is_a_clear_error_not_a_panic() {
         ),
         (&["probe", "--count", "0"], "--count"),
         (&["probe", "--total", "0"], "--total"),
+        (&["probe", "--budget", "0"], "--budget"),
+        (&["probe", "--budget", "5x"], "unknown unit"),
     ] {
         let out = run(&dir, args);
         assert!(!out.status.success(), "{args:?} must fail");
@@ -333,6 +387,7 @@ fn probe_json_has_every_step_and_a_justified_verdict() {
         md.contains("## Verdict") && md.contains("## 3. Parallel scaling"),
         "{md}"
     );
+    assert!(md.contains("## Terms\n\n* **durable**: "), "{md}");
     let mut left: Vec<String> = std::fs::read_dir(&dir)
         .unwrap()
         .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
@@ -372,4 +427,85 @@ fn ctrl_c_during_probe_removes_its_files_and_folder() {
         "{:?}",
         leftovers(&dir)
     );
+}
+
+/// `--budget`: a calibration prices every step and the counts are cut so
+/// the probe ends in time; the report says what was cut and how many
+/// operations each figure then rests on. A full probe takes far longer
+/// than 6 s on any machine (its mixed load alone runs 2 × 2 s).
+#[test]
+fn probe_keeps_its_budget_and_says_what_it_cut() {
+    const BUDGET_S: f64 = 6.0;
+    // Process start, the machine description, removing the files, and a
+    // machine that slows down after the calibration.
+    const SLACK_S: f64 = 3.0;
+    let dir = scratch("probe-budget");
+    let base = dir.join("report");
+    let started = Instant::now();
+    let out = run(
+        &dir.join("files"),
+        &[
+            "probe",
+            "--budget",
+            "6s",
+            "--json",
+            "--out",
+            base.to_str().unwrap(),
+        ],
+    );
+    let wall_s = started.elapsed().as_secs_f64();
+    assert!(out.status.success(), "{out:?}");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let report = json(&out);
+    let b = &report["budget"];
+    assert_eq!(b["budget_s"], BUDGET_S, "{b}");
+    assert_eq!(b["cut"], true, "{b}");
+    assert!(stderr.contains("counts are cut to"), "{stderr}");
+    let quantities = b["quantities"].as_array().unwrap();
+    let floor = quantities
+        .iter()
+        .find(|u| u["step"] == "durable_floor")
+        .unwrap();
+    assert!(f(floor, "used_max") < f(floor, "nominal"), "{floor}");
+    assert!(f(floor, "share") < 1.0, "{floor}");
+    // Every floor run made the count the report claims, and the confidence
+    // figures count the same writes.
+    let figures = report["confidence"]["figures"].as_array().unwrap();
+    for r in report["durable_floor"].as_array().unwrap() {
+        let count = f(r, "count");
+        assert!(
+            count >= f(floor, "used_min") && count <= f(floor, "used_max"),
+            "{r}"
+        );
+        let run = format!(
+            "{}/{} {} KiB",
+            r["method"].as_str().unwrap(),
+            r["prealloc"].as_str().unwrap(),
+            r["size"].as_u64().unwrap() >> 10
+        );
+        let fig = figures.iter().find(|x| x["run"] == run.as_str());
+        let fig = fig.unwrap_or_else(|| panic!("no figure for {run}"));
+        assert_eq!(f(fig, "samples"), count, "{fig}");
+    }
+    let md = std::fs::read_to_string(base.with_extension("md")).unwrap();
+    assert!(
+        md.contains("**Counts were cut to fit the 6 s budget**")
+            && md.contains("## Budget and confidence"),
+        "{md}"
+    );
+    // In time — unless the calibration said even the least counts cannot
+    // fit here (syncs of several ms under load), which the probe must then
+    // say, and still stay near that least.
+    if b["predicted_over_budget"] == false {
+        assert!(
+            wall_s <= BUDGET_S + SLACK_S,
+            "took {wall_s:.1} s with a {BUDGET_S} s budget: {b}"
+        );
+    } else {
+        assert!(stderr.contains("even at the least counts"), "{stderr}");
+        let least_s = f(b, "predicted_least_s");
+        assert!(wall_s <= 2.0 * least_s + SLACK_S, "{wall_s} {b}");
+    }
+    assert_eq!(b["over_budget"], f(b, "elapsed_s") > BUDGET_S, "{b}");
+    assert!(leftovers(&dir.join("files")).is_empty());
 }

@@ -25,7 +25,7 @@ use serde_json::json;
 use keel::db::BackgroundCpus;
 
 use super::commit::{with_dir, BatchStartArg, Engine, JournalFlags, Spec, Workload};
-use super::report::{median, number, progress, Align, Machine, Table};
+use super::report::{self, median, number, progress, Align, Machine, Table};
 use crate::util::Size;
 
 #[derive(Args, Debug, Clone)]
@@ -496,6 +496,45 @@ fn render(
         let name = r.result["info"]["engine"].as_str().unwrap_or("?");
         (r.engine, name, &r.args[..])
     }));
+    out += &report::legend::legend(
+        &[
+            super::store::ENGINE_JOURNAL,
+            super::store::ENGINE_RAW,
+            super::store::WORKLOADS,
+            (
+                "T, R",
+                "threads committing at once, and the value's bytes per commit",
+            ),
+            (
+                "W",
+                "the journal's batch writes in flight at most (`--writes-in-flight`), each \
+                 acknowledged only when it and every earlier one are durable",
+            ),
+            (
+                "batch start",
+                "where a batch starts when the previous one ended inside a block: rewrite (that \
+                 block again), fresh (the next block), auto (fresh after a one-block batch, \
+                 else rewrite)",
+            ),
+            (
+                "commits/s, journal/raw",
+                "medians over the rounds, and the journal's median over the raw floor's",
+            ),
+            (
+                "p50, p99 µs",
+                "one commit's latency (from append to durable) in the journal's median run",
+            ),
+            (
+                "cs/commit, CPU µs/commit",
+                "context switches and CPU time of the whole process per commit",
+            ),
+            (
+                "records/write",
+                "journal records per device write: how many commits group commit gathered",
+            ),
+        ],
+        "docs/bench-commit.md (`keel bench journal --vs-raw`); the journal: docs/journal.md",
+    );
     out
 }
 

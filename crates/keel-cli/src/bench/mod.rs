@@ -33,7 +33,8 @@ pub enum BenchCommand {
     /// through a shared map (msync), and beside a read-only map
     Mmap(mmap::MmapArgs),
     /// The commit-benchmark protocol (docs/BENCH-PROTOCOL.md) on Keel's
-    /// journal or on the raw floor: one JSON line on stdout
+    /// store (the default), its journal alone, or the raw floor: one JSON
+    /// line on stdout
     Commit(commit::CommitArgs),
     /// The journal against the raw floor, interleaved: w1 and w2 at several
     /// thread counts and record sizes, medians of 3 rounds, ratios

@@ -26,7 +26,7 @@ use keel::db::BackgroundCpus;
 
 use super::commit::{with_dir, BatchStartArg, Engine, Spec, Values, Workload};
 use super::journal::{invocations, run_child};
-use super::report::{median, number, progress, Align, Machine, Table};
+use super::report::{self, median, number, progress, Align, Machine, Table};
 
 /// The store's targets: w3 against raw and against the journal, w1
 /// against the journal, w2 in commits/s.
@@ -676,8 +676,103 @@ fn render(
             .filter(|r| r.round == 0 && !r.config.again)
             .map(|r| (r.config.engine, engine_name(r.config.engine), &r.args[..])),
     );
+    out += &legend(a, rows);
     out
 }
+
+/// What the report's words mean, one line each.
+fn legend(a: &StoreArgs, rows: &[serde_json::Value]) -> String {
+    let mut terms = vec![
+        ENGINE_STORE,
+        ENGINE_JOURNAL,
+        ENGINE_RAW,
+        WORKLOADS,
+        (
+            "T",
+            "threads committing at once (r1: reading), each a committer of its own",
+        ),
+        (
+            "/s, store/raw, store/journal",
+            "medians over the rounds of commits (r1: gets) per second, and the store's median \
+             over the reference's",
+        ),
+        (
+            "target, met",
+            "what the store must reach on that row (a ratio to a reference, or a rate), and \
+             whether its median does",
+        ),
+        (
+            "p50, p99 µs",
+            "one commit's latency (from commit to durable and visible) in the store's median run",
+        ),
+        (
+            "serial µs",
+            "the writer slot's time per commit: the store lets one write transaction at a time \
+             hold its writer slot (a group's leader commits the queued ones under it), so this \
+             part of a commit cannot overlap another's",
+        ),
+        (
+            "CPU µs",
+            "the whole process's CPU time per commit: every thread, the store's own included",
+        ),
+        (
+            "steal ms",
+            "time the host gave the VM's vCPUs to something else while they had work, during \
+             the timed run",
+        ),
+        (
+            "round, interleaved",
+            "each round runs every engine once, odd rounds in reverse order, so a slow spell \
+             of the machine hits all alike; each run is a `keel bench commit` process",
+        ),
+    ];
+    if rows
+        .iter()
+        .any(|r| r["runs"]["commits"].as_u64().unwrap_or(0) > 0)
+    {
+        terms.push((
+            "runs, helper",
+            "a large commit, once durable, is published as a run (its puts, which readers \
+             search in key order above the memtable) and returns; the store's helper thread \
+             inserts the run into the memtable afterwards, off the commit's path",
+        ));
+    }
+    if a.noise {
+        terms.push((
+            "the journal against itself",
+            "a second journal run per round: its distance from 1 is the machine's noise",
+        ));
+    }
+    report::legend::legend(
+        &terms,
+        "docs/bench-commit.md (`keel bench store`); the store itself: docs/store.md",
+    )
+}
+
+/// The engines `keel bench store` and `keel bench journal` compare.
+pub(super) const ENGINE_STORE: report::legend::Term = (
+    "store",
+    "Keel's store with its default options: each transaction a write transaction into one \
+     table, its record made durable in the journal, then visible; checkpoints into the data \
+     file in the background",
+);
+pub(super) const ENGINE_JOURNAL: report::legend::Term = (
+    "journal",
+    "Keel's write-ahead journal alone: each transaction one record, committers grouped into \
+     shared writes (group commit); no table, memtable or checkpoint",
+);
+pub(super) const ENGINE_RAW: report::legend::Term = (
+    "raw (the raw floor)",
+    "the same bytes as bare durable writes and nothing else — w3: one pwrite of the \
+     transaction's keys and values, then fdatasync; w1, w2: one O_DIRECT|O_DSYNC pwrite of the \
+     key and value, padded to the block — the best any engine could do on this disk",
+);
+pub(super) const WORKLOADS: report::legend::Term = (
+    "w1, w2, w3, r1",
+    "the protocol's workloads (docs/BENCH-PROTOCOL.md): w1 serial commits of one 16 KiB value; \
+     w2 T threads committing small values for a while; w3 transactions of 100 random puts \
+     (16-byte keys, 100-byte values); r1 point gets, each in its own read transaction",
+);
 
 #[cfg(test)]
 mod tests {

@@ -89,6 +89,9 @@ pub struct WriteSummary {
     pub seconds: f64,
     pub writes_per_s: f64,
     pub mib_per_s: f64,
+    /// Why the run may prove nothing (an ack file in memory or beside the
+    /// file under test), as printed on stderr when it started.
+    pub warnings: Vec<String>,
 }
 
 impl WriteConfig {
@@ -309,6 +312,7 @@ pub fn run(
         seconds,
         writes_per_s: writes as f64 / seconds,
         mib_per_s: (writes * u64::from(cfg.block_bytes)) as f64 / seconds / (1 << 20) as f64,
+        warnings: Vec::new(),
     })
 }
 

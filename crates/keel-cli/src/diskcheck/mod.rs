@@ -7,6 +7,7 @@
 //! that were lost, torn or misdirected. The protocol, the block format and a
 //! step-by-step power-cut procedure are in `docs/diskcheck.md`.
 
+mod ack_place;
 pub mod block;
 pub mod client;
 pub mod log;
@@ -30,7 +31,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use anyhow::Context;
 use clap::{Args, Subcommand};
-use keel::io::{DeviceInfo, RealVfs, WriteMethod};
+use keel::io::{RealVfs, WriteMethod};
 
 use crate::util::Size;
 
@@ -94,7 +95,8 @@ pub struct RecorderArgs {
     #[arg(long)]
     server: Option<String>,
     /// Single-machine mode: record in this file, which must be on another
-    /// device than --file (a lying disk would lose both otherwise).
+    /// device than --file and not in memory (tmpfs): a power cut would take
+    /// the record with the writes, and `write` and `verify` warn.
     #[arg(long)]
     ack_file: Option<PathBuf>,
 }
@@ -204,12 +206,16 @@ fn write(a: WriteArgs) -> anyhow::Result<ExitCode> {
             addr: resolve(s)?,
             retry_for: a.reconnect,
         },
-        (None, Some(p)) => {
-            warn_same_device(&a.file, p);
-            client::Target::AckFile(p.clone())
-        }
+        (None, Some(p)) => client::Target::AckFile(p.clone()),
         (None, None) => unreachable!("clap requires one recorder"),
     };
+    let warnings = match &a.recorder.ack_file {
+        Some(p) => ack_place::warnings(&a.file, p),
+        None => Vec::new(),
+    };
+    for w in &warnings {
+        eprintln!("warning: {w}");
+    }
     let block_bytes = u32::try_from(a.block.bytes()).context("--block is too large")?;
     let cfg = client::WriteConfig {
         file: a.file,
@@ -245,7 +251,8 @@ fn write(a: WriteArgs) -> anyhow::Result<ExitCode> {
     };
     let summary = client::run(vfs, &target, &cfg, &stop, &mut tick);
     bar.finish_and_clear();
-    let summary = summary?;
+    let mut summary = summary?;
+    summary.warnings = warnings;
     if a.json {
         outln!("{}", serde_json::to_string(&summary)?)?;
     } else {
@@ -259,6 +266,11 @@ fn write(a: WriteArgs) -> anyhow::Result<ExitCode> {
             summary.method,
             summary.writes_per_s,
             summary.mib_per_s
+        )?;
+        outln!(
+            "(a durable write: one block, durable before the recorder is told it was \
+             acknowledged; after the power cut, `keel diskcheck verify` with the same --file and \
+             recorder counts the acknowledged writes lost; more: docs/diskcheck.md)"
         )?;
     }
     Ok(ExitCode::SUCCESS)
@@ -277,6 +289,9 @@ fn verify_cmd(a: VerifyArgs) -> anyhow::Result<ExitCode> {
         run_id: a.run,
     };
     let mut report = verify::verify(vfs.as_ref(), source.as_mut(), &target)?;
+    if let Some(p) = &a.recorder.ack_file {
+        report.warnings.extend(ack_place::warnings(&a.file, p));
+    }
     let listed_all = report.error_blocks.len() <= a.max_listed;
     report.error_blocks.truncate(a.max_listed);
     if a.json {
@@ -311,15 +326,41 @@ fn print_report(r: &verify::Report, listed_all: bool) -> Result<(), crate::out::
         }
     )?;
     outln!("blocks with an acknowledged write: {}", r.acked)?;
-    outln!("  fine         {:>10}", r.fine)?;
-    outln!(
-        "  in flight    {:>10}  (a write was under way: old or new content are both correct)",
-        r.in_flight
-    )?;
-    outln!("  lost         {:>10}", r.lost)?;
-    outln!("  torn         {:>10}", r.torn)?;
-    outln!("  misdirected  {:>10}", r.misdirected)?;
-    outln!("  unannounced  {:>10}", r.unannounced)?;
+    for (name, count, meaning) in [
+        (
+            "fine",
+            r.fine,
+            "the block holds its last acknowledged write",
+        ),
+        (
+            "in flight",
+            r.in_flight,
+            "a write was under way: old or new content are both correct",
+        ),
+        (
+            "lost",
+            r.lost,
+            "an error: the block holds an older write than the last acknowledged",
+        ),
+        (
+            "torn",
+            r.torn,
+            "an error: the block fails its checksum, and no write to it was in flight",
+        ),
+        (
+            "misdirected",
+            r.misdirected,
+            "an error: the block holds this run's write for another position",
+        ),
+        (
+            "unannounced",
+            r.unannounced,
+            "an error: newer than anything recorded, the record is incomplete",
+        ),
+    ] {
+        outln!("  {name:<12} {count:>10}  ({meaning})")?;
+    }
+    outln!("(more: docs/diskcheck.md#what-verify-counts)")?;
     if r.errors == 0 {
         outln!("no error: every acknowledged write was found")?;
         return Ok(());
@@ -352,20 +393,6 @@ fn print_report(r: &verify::Report, listed_all: bool) -> Result<(), crate::out::
     Ok(())
 }
 
-/// The single-machine mode is only meaningful with the ack file elsewhere.
-fn warn_same_device(file: &std::path::Path, ack_file: &std::path::Path) {
-    let (a, b) = (DeviceInfo::for_path(file), DeviceInfo::for_path(ack_file));
-    if a.device.is_some() && a.device == b.device {
-        eprintln!(
-            "warning: {} and {} are on the same device ({}): a disk that loses writes can lose the \
-             acknowledgements too, and the test proves little",
-            file.display(),
-            ack_file.display(),
-            a.device.unwrap_or_default()
-        );
-    }
-}
-
 fn host_name() -> String {
     rustix::system::uname()
         .nodename()
@@ -374,7 +401,7 @@ fn host_name() -> String {
 }
 
 /// `30`, `30s`, `500ms`, `5m`, `1h`.
-fn parse_duration(s: &str) -> Result<Duration, String> {
+pub(crate) fn parse_duration(s: &str) -> Result<Duration, String> {
     let t = s.trim();
     let split = t
         .find(|c: char| !(c.is_ascii_digit() || c == '.'))

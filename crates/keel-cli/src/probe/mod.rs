@@ -6,16 +6,22 @@
 //! write size and writes in flight Keel's journal should use here, with the
 //! figures that justify it, and a warning when flushes may be ignored.
 
+mod budget;
+mod calibrate;
+mod confidence;
 mod report;
+mod steps;
 pub mod verdict;
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
 use clap::Args;
 use keel::io::{RealVfs, Vfs, WriteMethod};
+
+use budget::{Planner, Quantity, Step};
 
 use crate::bench::report::{check_dir, BenchDir, Machine, Prealloc};
 use crate::bench::{methods, mixed, mmap, sizes};
@@ -52,6 +58,19 @@ const MIXED_FILES: u32 = 4;
 const MIXED_THREADS: u32 = 4;
 const MMAP_REGION_BYTES: u64 = 64 << 20;
 
+/// Nominal quantities (the figures a full probe rests on) and the least the
+/// budget may cut them to.
+const NOMINAL_COUNT: u64 = 2048;
+const MIN_COUNT: u64 = 8;
+const NOMINAL_TOTAL_BYTES: u64 = 64 << 20;
+const MIN_TOTAL_BYTES: u64 = 256 << 10;
+const NOMINAL_MIXED_S: f64 = 2.0;
+const MIN_MIXED_S: f64 = 0.1;
+const MIN_MIXED_SET_BYTES: u64 = 8 << 20;
+const NOMINAL_TRANSACTIONS: u64 = 1000;
+const MIN_TRANSACTIONS: u64 = 10;
+const MIN_MMAP_REGION_BYTES: u64 = 4 << 20;
+
 /// Flags of `keel probe`.
 #[derive(Args, Debug, Clone)]
 pub struct ProbeArgs {
@@ -65,18 +84,77 @@ pub struct ProbeArgs {
     /// Also save the full report as BASE.json and BASE.md
     #[arg(long, value_name = "BASE")]
     pub out: Option<PathBuf>,
-    /// Commits per durable-floor run (smaller is faster and noisier)
-    #[arg(long, default_value_t = 2048)]
-    pub count: u64,
-    /// Bytes per write size and per parallel run
-    #[arg(long, default_value = "64M", value_name = "SIZE")]
-    pub total: Size,
-    /// Seconds per mixed-load variant
-    #[arg(long, default_value_t = 2.0, value_name = "SECS")]
-    pub mixed_duration: f64,
-    /// Transactions per fill-random variant
-    #[arg(long, default_value_t = 1000)]
-    pub transactions: u64,
+    /// The whole probe's time budget (e.g. 90, 60s, 2m): a short
+    /// calibration prices every step, and the counts below are cut, where
+    /// needed, so the probe ends within it; the report says what was cut
+    /// and what that costs in confidence
+    #[arg(long, default_value = "60s", value_name = "DURATION",
+          value_parser = crate::diskcheck::parse_duration)]
+    pub budget: Duration,
+    /// Commits per durable-floor run (smaller is faster and noisier); given,
+    /// it is kept even if the budget is then exceeded [default: 2048, or
+    /// fewer to fit --budget]
+    #[arg(long)]
+    pub count: Option<u64>,
+    /// Bytes per write size and per parallel run; given, it is kept
+    /// [default: 64M, or less to fit --budget]
+    #[arg(long, value_name = "SIZE")]
+    pub total: Option<Size>,
+    /// Seconds per mixed-load variant; given, it is kept [default: 2, or
+    /// less to fit --budget]
+    #[arg(long, value_name = "SECS")]
+    pub mixed_duration: Option<f64>,
+    /// Transactions per fill-random variant; given, it is kept [default:
+    /// 1000, or fewer to fit --budget]
+    #[arg(long)]
+    pub transactions: Option<u64>,
+}
+
+impl ProbeArgs {
+    /// The quantities the budget scales, the user's values fixed.
+    fn quantities(&self) -> steps::Quantities {
+        steps::Quantities {
+            floor_count: Quantity::new(
+                NOMINAL_COUNT as f64,
+                MIN_COUNT as f64,
+                self.count.map(|c| c as f64),
+            ),
+            total_bytes: Quantity::new(
+                NOMINAL_TOTAL_BYTES as f64,
+                MIN_TOTAL_BYTES as f64,
+                self.total.map(|t| t.bytes() as f64),
+            ),
+            mixed_s: Quantity::new(NOMINAL_MIXED_S, MIN_MIXED_S, self.mixed_duration),
+            mixed_set_bytes: Quantity::new(
+                MIXED_SET_BYTES as f64,
+                MIN_MIXED_SET_BYTES as f64,
+                None,
+            ),
+            transactions: Quantity::new(
+                NOMINAL_TRANSACTIONS as f64,
+                MIN_TRANSACTIONS as f64,
+                self.transactions.map(|t| t as f64),
+            ),
+            mmap_region_bytes: Quantity::new(
+                MMAP_REGION_BYTES as f64,
+                MIN_MMAP_REGION_BYTES as f64,
+                None,
+            ),
+        }
+    }
+
+    /// The flags given that the budget may not cut.
+    fn explicit_flags(&self) -> Vec<&'static str> {
+        [
+            (self.count.is_some(), "--count"),
+            (self.total.is_some(), "--total"),
+            (self.mixed_duration.is_some(), "--mixed-duration"),
+            (self.transactions.is_some(), "--transactions"),
+        ]
+        .into_iter()
+        .filter_map(|(given, flag)| given.then_some(flag))
+        .collect()
+    }
 }
 
 /// Every step's outcomes, for the verdict and the report.
@@ -84,6 +162,7 @@ pub struct Probe {
     pub dir: PathBuf,
     pub machine: Machine,
     pub args: ProbeArgs,
+    pub budget: confidence::BudgetReport,
     pub floor: Vec<methods::Outcome>,
     pub sizes: Vec<sizes::Outcome>,
     pub scaling: Vec<sizes::Outcome>,
@@ -98,6 +177,7 @@ pub struct Probe {
 pub fn run(args: ProbeArgs) -> anyhow::Result<ExitCode> {
     let started = Instant::now();
     check_args(&args)?;
+    let deadline = started + args.budget;
     let (dir, remove_dir) = match &args.dir {
         Some(d) => (d.clone(), !d.exists()),
         None => {
@@ -106,9 +186,10 @@ pub fn run(args: ProbeArgs) -> anyhow::Result<ExitCode> {
         }
     };
     let vfs = RealVfs;
+    let q = args.quantities();
     let needed = [
-        args.count * FLOOR_SIZES[1],
-        args.total.bytes(),
+        q.floor_count.at(1.0) as u64 * FLOOR_SIZES[1],
+        q.total_bytes.at(1.0) as u64,
         MIXED_SET_BYTES,
         MMAP_REGION_BYTES,
     ]
@@ -120,8 +201,9 @@ pub fn run(args: ProbeArgs) -> anyhow::Result<ExitCode> {
     check_dir(&vfs, &dir, needed, "--total or --count")?;
     let machine = Machine::for_path(&dir);
     eprintln!("keel probe in {}: {}", dir.display(), machine.describe());
-    let mut probe = measure(&vfs, dir, machine, args)?;
+    let mut probe = measure(&vfs, dir, machine, args, deadline)?;
     probe.elapsed_s = started.elapsed().as_secs_f64();
+    probe.budget.finish(probe.elapsed_s);
     let markdown = report::markdown(&probe);
     let json = report::json(&probe);
     if let Some(base) = &probe.args.out {
@@ -133,37 +215,36 @@ pub fn run(args: ProbeArgs) -> anyhow::Result<ExitCode> {
         out!("{markdown}")?;
     }
     eprintln!("keel probe: done in {:.1} s", probe.elapsed_s);
+    if probe.budget.over_budget {
+        eprintln!("note: {}", probe.budget.over_budget_note());
+    }
     Ok(ExitCode::SUCCESS)
 }
 
 fn check_args(args: &ProbeArgs) -> anyhow::Result<()> {
-    if args.count == 0 || args.count > 1 << 20 {
-        bail!(
-            "--count must be between 1 and {}; got {}",
-            1 << 20,
-            args.count
-        );
+    budget::check_budget(args.budget)?;
+    if let Some(count) = args.count {
+        if count == 0 || count > 1 << 20 {
+            bail!("--count must be between 1 and {}; got {count}", 1 << 20);
+        }
     }
-    if args.total.bytes() == 0 || args.total.bytes() > 1 << 40 {
-        bail!(
-            "--total must be between 1 byte and 1 TiB; got {}",
-            args.total.bytes()
-        );
+    if let Some(total) = args.total {
+        if total.bytes() == 0 || total.bytes() > 1 << 40 {
+            bail!(
+                "--total must be between 1 byte and 1 TiB; got {}",
+                total.bytes()
+            );
+        }
     }
-    if !(args.mixed_duration.is_finite()
-        && args.mixed_duration > 0.0
-        && args.mixed_duration <= 600.0)
-    {
-        bail!(
-            "--mixed-duration must be between 0 and 600 seconds; got {}",
-            args.mixed_duration
-        );
+    if let Some(secs) = args.mixed_duration {
+        if !(secs.is_finite() && secs > 0.0 && secs <= 600.0) {
+            bail!("--mixed-duration must be between 0 and 600 seconds; got {secs}");
+        }
     }
-    if args.transactions == 0 || args.transactions > 1_000_000 {
-        bail!(
-            "--transactions must be between 1 and 1000000; got {}",
-            args.transactions
-        );
+    if let Some(tx) = args.transactions {
+        if tx == 0 || tx > 1_000_000 {
+            bail!("--transactions must be between 1 and 1000000; got {tx}");
+        }
     }
     Ok(())
 }
@@ -172,17 +253,48 @@ fn step(n: u32, what: &str) {
     eprintln!("probe {n}/5: {what}");
 }
 
+/// Calibrate, plan, say on stderr what the budget cuts (and what it
+/// cannot), and hand back the planner.
+fn plan(
+    vfs: &dyn Vfs,
+    dir: &Path,
+    args: &ProbeArgs,
+    deadline: Instant,
+) -> anyhow::Result<(Planner, confidence::BudgetReport)> {
+    let calibration = calibrate::calibrate(vfs, dir)?;
+    let q = args.quantities();
+    let mut planner = Planner::new(deadline);
+    planner.set_pending(steps::costs(
+        Step::DurableFloor,
+        &q,
+        &calibration.rates(),
+        Prealloc::Zerofill,
+    ));
+    let first = planner.preview(Instant::now());
+    let budget = confidence::BudgetReport::new(args, calibration, &planner, first);
+    eprintln!("keel probe: calibration: {}", budget.calibration.describe());
+    eprintln!("keel probe: {}", budget.plan_sentence());
+    if let Some(note) = budget.predicted_over_note(first) {
+        eprintln!("note: {note}");
+    }
+    Ok((planner, budget))
+}
+
 fn measure(
     vfs: &dyn Vfs,
     dir: PathBuf,
     machine: Machine,
     args: ProbeArgs,
+    deadline: Instant,
 ) -> anyhow::Result<Probe> {
+    let (mut planner, mut budget) = plan(vfs, &dir, &args, deadline)?;
+    let q = args.quantities();
+    let rates = budget.calibration.rates();
     step(
         1,
         "durable floor: each method at 4 and 16 KiB, fallocated and zero-filled",
     );
-    let floor = durable_floor(vfs, &dir, &machine, &args);
+    let floor = steps::durable_floor(vfs, &dir, &machine, &q, &mut planner);
     let mut figures = verdict::Figures {
         persistent: machine.persistent(),
         volatile_cache: machine.volatile_cache(),
@@ -194,36 +306,39 @@ fn measure(
         Some("fallocate") => Prealloc::Fallocate,
         _ => Prealloc::Zerofill,
     };
+    planner.set_pending(steps::costs(Step::Sizes, &q, &rates, prealloc));
     step(2, "throughput by write size, buffered and durable");
-    let sizes = size_runs(&args, prealloc)
-        .iter()
-        .map(|r| sizes::Outcome::run(vfs, &dir, r, false))
-        .collect::<Vec<_>>();
+    let sizes = steps::size_step(vfs, &dir, &q, &mut planner, |t| {
+        steps::size_runs(t, prealloc)
+    });
     step(3, "parallel scaling of durable writes");
-    let scaling = scaling_runs(&args, prealloc)
-        .iter()
-        .map(|r| sizes::Outcome::run(vfs, &dir, r, false))
-        .collect::<Vec<_>>();
+    let scaling = steps::size_step(vfs, &dir, &q, &mut planner, |t| {
+        steps::scaling_runs(t, prealloc)
+    });
     step(
         4,
         "mixed random load, with and without fsync after every write",
     );
-    let mixed_plan = mixed_plan(&dir, &args);
-    let mixed = mixed::run_all(vfs, &mixed_plan).unwrap_or_else(|e| {
-        eprintln!("mixed: error: {e:#}");
-        Vec::new()
+    let (mixed_plan, mixed) = planner.run(|d| {
+        let plan = steps::mixed_plan(&dir, &q, d.scale);
+        let outcomes = mixed::run_all(vfs, &plan).unwrap_or_else(|e| {
+            eprintln!("mixed: error: {e:#}");
+            Vec::new()
+        });
+        (plan, outcomes)
     });
     step(5, "fill-random transactions, five ways");
-    let mmap_plan = mmap_plan(&dir, &args, prealloc);
-    let mmap = mmap::run_rounds(vfs, &mmap_plan);
+    let (mmap_plan, mmap) = steps::mmap_step(vfs, &dir, &q, &mut planner, prealloc);
     figures.sizes = report::size_figures(&sizes);
     figures.scaling = report::scale_figures(&scaling);
     figures.mixed = report::mixed_figure(&mixed);
     let verdict = verdict::verdict(&figures);
+    budget.record(&planner, &q);
     Ok(Probe {
         dir,
         machine,
         args,
+        budget,
         floor,
         sizes,
         scaling,
@@ -234,120 +349,6 @@ fn measure(
         verdict,
         elapsed_s: 0.0,
     })
-}
-
-/// Step 4's mixed random load: 60 % reads of 16 KiB blocks over
-/// [`MIXED_FILES`] files, [`MIXED_THREADS`] threads.
-fn mixed_plan(dir: &Path, args: &ProbeArgs) -> mixed::MixedPlan {
-    mixed::MixedPlan {
-        dir: dir.to_path_buf(),
-        set_size: MIXED_SET_BYTES,
-        files: MIXED_FILES,
-        file_size: MIXED_SET_BYTES / u64::from(MIXED_FILES),
-        threads: MIXED_THREADS,
-        block: 16 << 10,
-        read_percent: 60,
-        duration_s: args.mixed_duration,
-        quick: true,
-        json: false,
-        plot: None,
-    }
-}
-
-/// Step 5's fill-random transactions (100 puts of 16-byte keys and
-/// 100-byte values), every variant once, in files prepared by `prealloc`.
-fn mmap_plan(dir: &Path, args: &ProbeArgs, prealloc: Prealloc) -> mmap::MmapPlan {
-    mmap::MmapPlan {
-        dir: dir.to_path_buf(),
-        transactions: args.transactions,
-        puts: 100,
-        key_size: 16,
-        value_size: 100,
-        tx_bytes: 11_600,
-        region: MMAP_REGION_BYTES,
-        prealloc,
-        variants: mmap::Variant::ALL.to_vec(),
-        rounds: 1,
-        quick: true,
-        json: false,
-        plot: None,
-    }
-}
-
-fn durable_floor(
-    vfs: &dyn Vfs,
-    dir: &Path,
-    machine: &Machine,
-    args: &ProbeArgs,
-) -> Vec<methods::Outcome> {
-    let mut outcomes = Vec::new();
-    for size in FLOOR_SIZES {
-        let plan = methods::Plan {
-            dir: dir.to_path_buf(),
-            file_size_bytes: args.count * size,
-            size_bytes: size,
-            count: args.count,
-            preallocs: vec![Prealloc::Fallocate, Prealloc::Zerofill],
-            methods: FLOOR_METHODS.to_vec(),
-            splits: vec![1],
-            quick: true,
-            json: false,
-            plot: None,
-            vs_fio: false,
-            rounds: 1,
-        };
-        for spec in plan.runs() {
-            outcomes.push(methods::Outcome::run(vfs, &plan, &spec, None, machine));
-        }
-    }
-    outcomes
-}
-
-fn size_runs(args: &ProbeArgs, prealloc: Prealloc) -> Vec<sizes::SizeRun> {
-    let mut runs = Vec::new();
-    for size in PROBE_SIZES {
-        for mode in [sizes::Mode::Buffered, sizes::Mode::Durable] {
-            runs.push(sizes::SizeRun {
-                series: "sequential",
-                writers: 1,
-                layout: sizes::Layout::OneFile,
-                mode,
-                size_bytes: size,
-                writes_per_writer: (args.total.bytes() / size).max(1),
-                prealloc,
-            });
-        }
-    }
-    runs
-}
-
-fn scaling_runs(args: &ProbeArgs, prealloc: Prealloc) -> Vec<sizes::SizeRun> {
-    let run = |series, writers: u32, layout, size: u64| sizes::SizeRun {
-        series,
-        writers,
-        layout,
-        mode: sizes::Mode::Durable,
-        size_bytes: size,
-        writes_per_writer: (args.total.bytes() / size / u64::from(writers)).max(1),
-        prealloc,
-    };
-    let mut runs: Vec<sizes::SizeRun> = SCALING_WRITERS
-        .iter()
-        .map(|&w| run("parallel", w, sizes::Layout::OneFile, SCALING_SIZE_BYTES))
-        .collect();
-    runs.push(run(
-        "separate_files",
-        4,
-        sizes::Layout::SeparateFiles,
-        SCALING_SIZE_BYTES,
-    ));
-    runs.push(run(
-        "threads",
-        MANY_THREADS,
-        sizes::Layout::OneFile,
-        MANY_THREADS_SIZE_BYTES,
-    ));
-    runs
 }
 
 /// `BASE.json` and `BASE.md` (an extension given on BASE is dropped).

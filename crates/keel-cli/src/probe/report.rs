@@ -3,11 +3,13 @@
 
 use serde_json::json;
 
+use super::budget::Step;
+use super::confidence;
 use super::verdict::{self, MethodFigure, MixedFigure, ScaleFigure, SizeFigure};
 use super::Probe;
 use crate::bench::report::{number, Align, Table};
 use crate::bench::{methods, mixed, mmap, sizes};
-use crate::util::format_size;
+use crate::util::{format_size, format_size_approx};
 
 pub fn method_figures(floor: &[methods::Outcome]) -> Vec<MethodFigure> {
     floor
@@ -113,13 +115,19 @@ pub fn json(p: &Probe) -> String {
         "bench": "probe",
         "config": {
             "dir": p.dir,
-            "count": p.args.count,
-            "total": p.args.total.bytes(),
-            "mixed_duration_s": p.args.mixed_duration,
-            "transactions": p.args.transactions,
+            "budget_s": p.budget.budget_s,
+            "count": used(p, Step::DurableFloor, "count").1 as u64,
+            "total": used(p, Step::Sizes, "total").1 as u64,
+            "mixed_duration_s": p.mixed_plan.duration_s,
+            "transactions": p.mmap_plan.transactions,
         },
         "machine": p.machine,
         "elapsed_s": p.elapsed_s,
+        "budget": p.budget,
+        "confidence": {
+            "figures": confidence::figures(p),
+            "method_choice": confidence::method_choice(p),
+        },
         "verdict": p.verdict,
         "rules": rules(),
         "durable_floor_best": floor_best,
@@ -138,6 +146,24 @@ pub fn json(p: &Probe) -> String {
     serde_json::to_string(&report).expect("serialisable")
 }
 
+/// The smallest and largest value `step` used of the quantity `name`.
+fn used(p: &Probe, step: Step, name: &str) -> (f64, f64) {
+    p.budget
+        .quantities
+        .iter()
+        .find(|u| u.step == step && u.name == name)
+        .map_or((0.0, 0.0), |u| (u.used_min, u.used_max))
+}
+
+/// `340` or `300–340`.
+fn range(lo: f64, hi: f64, show: impl Fn(f64) -> String) -> String {
+    if lo == hi {
+        show(lo)
+    } else {
+        format!("{}–{}", show(lo), show(hi))
+    }
+}
+
 pub fn markdown(p: &Probe) -> String {
     let mut out = format!(
         "# keel probe\n\nIn {}, {:.0} s. Every durable figure comes from writes that were made \
@@ -145,13 +171,31 @@ pub fn markdown(p: &Probe) -> String {
         p.dir.display(),
         p.elapsed_s
     );
+    if p.budget.cut {
+        out.push_str(&format!(
+            "**Counts were cut to fit the {:.0} s budget** (to {:.0} % of the defaults at \
+             least): every figure rests on fewer operations than a full probe's; see \
+             [Budget and confidence](#budget-and-confidence).\n\n",
+            p.budget.budget_s,
+            p.budget
+                .quantities
+                .iter()
+                .filter(|u| !u.explicit)
+                .map(|u| u.share)
+                .min_by(f64::total_cmp)
+                .unwrap_or(1.0)
+                * 100.0
+        ));
+    }
     out.push_str("## Machine\n\n");
     out.push_str(&machine_table(p).render());
     out.push_str("\n## Verdict\n\n");
     out.push_str(&verdict_text(&p.verdict));
+    out.push_str(&confidence::markdown(p));
+    let (lo, hi) = used(p, Step::DurableFloor, "count");
     out.push_str(&format!(
         "\n## 1. Durable floor ({} commits per run, sequential, into a fresh file)\n\n",
-        p.args.count
+        range(lo, hi, |v| number(v, 0))
     ));
     for (size, prealloc, f) in floor_summary(p) {
         out.push_str(&format!(
@@ -166,9 +210,10 @@ pub fn markdown(p: &Probe) -> String {
     }
     out.push('\n');
     out.push_str(&floor_table(&p.floor).render());
+    let (lo, hi) = used(p, Step::Sizes, "total");
     out.push_str(&format!(
         "\n## 2. Throughput by write size ({} per size and mode, one writer)\n\n",
-        format_size(p.args.total.bytes())
+        range(lo, hi, |v| format_size_approx(v as u64))
     ));
     out.push_str(&sizes_table(&p.sizes).render());
     out.push_str("\n## 3. Parallel scaling (durable writes, O_DIRECT|O_DSYNC)\n\n");
@@ -183,8 +228,33 @@ pub fn markdown(p: &Probe) -> String {
         p.mmap_plan.describe()
     ));
     out.push_str(&mmap::text(&p.mmap_plan, &p.mmap));
+    out.push_str(TERMS);
     out
 }
+
+/// What the report's words mean, one line each.
+const TERMS: &str = "
+## Terms
+
+* **durable**: the write had reached non-volatile media (a flush or FUA) when the call returned; \
+\"durable here: no\" marks a method that does not guarantee it on this device (O_DIRECT alone \
+leaves data in a volatile write cache).
+* **method**: how a commit is made durable — `fdatasync`/`fsync` after a buffered `pwrite`, \
+`odsync` (an `O_DSYNC` descriptor), `odirect_dsync` (`O_DIRECT|O_DSYNC`), `pwritev2_dsync` \
+(`RWF_DSYNC`), `uring_*` (the same through io_uring).
+* **prealloc**: how the file was prepared — `fallocate` (reserved, unwritten extents: the first \
+write to each block also changes metadata) or `zerofill` (written with zeros and synced first).
+* **p50 / p99 / mean**: the median, the 99th percentile and the average latency of one write; a \
+p99 of fewer than 100 writes is the slowest write.
+* **MB/s**: 10^6 bytes per second; **buffered sync ms**: the one `fdatasync` after a buffered \
+run's last write.
+* **× one writer**: writes/s over the one-writer run's.
+* **requests/s** (mixed load): reads and writes together; **tx/s** (fill random): transactions \
+of 100 puts, each made durable; **× sequential**: how many times longer a transaction takes than \
+with `sequential`.
+* **budget, share, 95 % interval**: see Budget and confidence above; the rules behind the \
+verdict: docs/toolkit.md#the-verdict-and-its-rules.
+";
 
 fn machine_table(p: &Probe) -> Table {
     let mut t = Table::new(&[("fact", Align::Left), ("value", Align::Left)]);

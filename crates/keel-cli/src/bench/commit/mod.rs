@@ -68,13 +68,22 @@ impl Workload {
     }
 }
 
+/// What `keel bench commit` measures; the default first.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum Engine {
-    /// Keel's store: write transactions into a table (the default).
+    /// The default: Keel's store, what an application embeds — each
+    /// transaction a write transaction into one table, durable in the
+    /// journal, then visible to readers; checkpoints into the data file in
+    /// the background.
     Store,
-    /// Keel's journal alone: one record per transaction.
+    /// Keel's write-ahead journal alone: each transaction one record
+    /// (`u32` puts, then each key and value), committers grouped into
+    /// shared writes (group commit); no table, memtable or checkpoint.
     Journal,
-    /// The raw floor: the same commits as bare durable writes.
+    /// The raw floor, what the other two are measured against: the same
+    /// bytes as bare durable writes and nothing else (w1, w2: one
+    /// O_DIRECT|O_DSYNC pwrite of key and value padded to the block; w3:
+    /// one pwrite of the keys and values, then fdatasync).
     Raw,
 }
 
@@ -93,7 +102,15 @@ pub enum Values {
     Prints one JSON line on stdout: commits_per_s, p50_us, p99_us, p999_us, max_us, total_ms, \
     ms_per_commit, commits, ops, ops_per_s and info (engine, method, what was prepared before \
     timing, context switches and CPU time of the process during the run). A nonzero exit status \
-    and an `error` field mark a failed run.")]
+    and an `error` field mark a failed run.\n\n\
+    Terms (the JSON and the summary on stderr):\n  \
+    commits, ops: transactions made, and the puts (r1: gets) in them\n  \
+    p50_us … max_us: one commit's latency, from its start to durable (and, for the store, \
+    visible)\n  \
+    context switches, CPU per commit: the whole process's, all threads, over the commits\n  \
+    commits_on_interrupt_cpus: the share of commits that returned on a CPU taking the disk's \
+    interrupts; a committer woken on another CPU pays a cross-CPU wake-up per write\n\
+    More: docs/bench-commit.md, docs/BENCH-PROTOCOL.md")]
 pub struct CommitArgs {
     /// Workload: w1 (serial 16 KiB commits), w2 (T threads, R-byte
     /// commits), w3 (transactions of B puts), r1 (point reads of N loaded
@@ -122,7 +139,8 @@ pub struct CommitArgs {
     /// else 1).
     #[arg(long)]
     pub batch: Option<usize>,
-    /// What to measure: the store, the journal alone, or the raw floor.
+    /// What to measure: `store` (the default), `journal` (the journal
+    /// alone) or `raw` (the raw floor); `--help` says what each is.
     #[arg(long, value_enum, default_value_t = Engine::Store)]
     pub engine: Engine,
     #[command(flatten)]

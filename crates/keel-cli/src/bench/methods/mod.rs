@@ -109,6 +109,9 @@ pub fn run(args: MethodsArgs) -> anyhow::Result<ExitCode> {
             outln!("\nlatency plot: {}", path.display())?;
         }
     }
+    if !plan.json {
+        print!("{}", output::legend(&plan));
+    }
     let all_failed = outcomes.iter().all(|o| o.result.is_err())
         && comparisons.iter().all(|c| c.ratio().is_none());
     Ok(if all_failed {

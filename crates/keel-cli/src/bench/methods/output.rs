@@ -8,7 +8,7 @@ use serde_json::json;
 
 use super::fio::Comparison;
 use super::{Outcome, Plan};
-use crate::bench::report::{number, plot, Align, Machine, RunFigures, Table};
+use crate::bench::report::{legend, number, plot, Align, Machine, RunFigures, Table};
 
 /// One element of the JSON `results` array.
 #[derive(Serialize)]
@@ -110,6 +110,46 @@ fn comparison_json(c: &Comparison) -> serde_json::Value {
     v["round_ratios"] = json!(c.round_ratios());
     v["ratio"] = json!(c.ratio());
     v
+}
+
+/// What the text report's words mean.
+pub fn legend(plan: &Plan) -> String {
+    let mut terms = vec![
+        legend::METHODS,
+        legend::PREALLOC,
+        (
+            "total ms, ms/write",
+            "the timed loop's wall time for every commit, and that over the commits (the \
+             original write-up's columns)",
+        ),
+        ("commits/s", "commits over the total time"),
+        legend::MB_PER_S,
+        legend::LATENCY,
+        (
+            "durable",
+            "whether a commit has reached non-volatile media when its call returns, on this \
+             device and file system: never for buffered and odirect (a volatile write cache may \
+             hold it), never on tmpfs",
+        ),
+    ];
+    if plan.splits.iter().any(|&s| s > 1) {
+        terms.push((
+            "writes/commit",
+            "a commit written as N writes of size/N, then one sync (per-write durable methods \
+             make each write durable)",
+        ));
+    }
+    if plan.vs_fio {
+        terms.push((
+            "keel/fio",
+            "Keel's commits/s over fio's for the same job, the median of the per-round ratios \
+             (rounds interleave the two)",
+        ));
+    }
+    legend::legend(
+        &terms,
+        "docs/toolkit.md#keel-bench-methods--the-journal-method-experiment",
+    )
 }
 
 /// The text report: the results table, the errors, the fio comparison.

@@ -16,7 +16,7 @@ use clap::Args;
 use keel::io::{RealVfs, Vfs};
 use serde::Serialize;
 
-use crate::bench::report::{check_dir, number, plot, Align, Machine, Table};
+use crate::bench::report::{check_dir, legend, number, plot, Align, Machine, Table};
 use crate::util::{format_size, Size};
 pub use run::{run_all, Outcome, Variant};
 
@@ -188,6 +188,9 @@ pub fn run(args: MixedArgs) -> anyhow::Result<ExitCode> {
             outln!("\nlatency plot: {}", path.display())?;
         }
     }
+    if !plan.json {
+        print!("{}", legend());
+    }
     Ok(if outcomes.iter().all(|o| o.result.is_err()) {
         eprintln!("error: every run failed");
         ExitCode::FAILURE
@@ -204,6 +207,33 @@ pub fn json(plan: &MixedPlan, machine: &Machine, outcomes: &[Outcome]) -> String
         "results": outcomes.iter().map(Outcome::json).collect::<Vec<_>>(),
     });
     serde_json::to_string(&report).expect("serialisable")
+}
+
+/// What the text report's words mean.
+pub fn legend() -> String {
+    legend::legend(
+        &[
+            (
+                "no_sync, fsync_every_write",
+                "the variants: O_DIRECT writes left without a sync (they may sit in the \
+                 device's volatile cache), and each write followed by fsync (sysbench \
+                 --file-fsync-freq=1, fio --fsync=1)",
+            ),
+            (
+                "read MiB/s, write MiB/s",
+                "2^20 bytes per second read and written, every read from the device (O_DIRECT)",
+            ),
+            (
+                "reads/s, writes/s",
+                "requests per second over the variant's whole run, all threads together",
+            ),
+            (
+                "read/write p50, p99, max µs",
+                "one request's latency at that percentile (a write's includes its fsync)",
+            ),
+        ],
+        "docs/toolkit.md#keel-bench-mixed--fsync-under-a-mixed-load",
+    )
 }
 
 pub fn text(outcomes: &[Outcome]) -> String {

@@ -15,7 +15,9 @@ use clap::Args;
 use keel::io::RealVfs;
 use serde::Serialize;
 
-use crate::bench::report::{check_dir, median, number, plot, Align, Machine, Prealloc, Table};
+use crate::bench::report::{
+    check_dir, legend, median, number, plot, Align, Machine, Prealloc, Table,
+};
 use crate::util::{format_size, Size};
 pub use run::{Outcome, Variant};
 
@@ -224,6 +226,9 @@ pub fn run(args: MmapArgs) -> anyhow::Result<ExitCode> {
             outln!("\nlatency plot: {}", path.display())?;
         }
     }
+    if !plan.json {
+        print!("{}", legend(&plan));
+    }
     Ok(if outcomes.iter().all(|o| o.result.is_err()) {
         eprintln!("error: every run failed");
         ExitCode::FAILURE
@@ -294,6 +299,41 @@ pub fn json(plan: &MmapPlan, machine: &Machine, outcomes: &[Outcome]) -> String 
     serde_json::to_string(&report).expect("serialisable")
 }
 
+/// What the text report's words mean.
+pub fn legend(plan: &MmapPlan) -> String {
+    let mut terms = vec![
+        (
+            "variant, how",
+            "how a transaction's bytes reach the file, and the calls one transaction makes; each \
+             variant writes into a fresh file and makes every transaction durable",
+        ),
+        (
+            "total ms, tx/s, ops/s",
+            "the timed loop's wall time, transactions per second, and puts per second (100 per \
+             transaction by default)",
+        ),
+        (
+            "× sequential",
+            "how many times longer a transaction takes than with `sequential` in the same round",
+        ),
+        (
+            "p50, p99, max µs",
+            "one transaction's latency, its sync included, at that percentile",
+        ),
+    ];
+    if plan.rounds > 1 {
+        terms.push((
+            "round, medians",
+            "round r runs the variants starting at the r-th, so none always runs first; the \
+             medians are across rounds",
+        ));
+    }
+    legend::legend(
+        &terms,
+        "docs/toolkit.md#keel-bench-mmap--fill-random-raw-variants",
+    )
+}
+
 pub fn text(plan: &MmapPlan, outcomes: &[Outcome]) -> String {
     let rounds = plan.rounds > 1;
     let mut headers = vec![("variant", Align::Left), ("how", Align::Left)];
@@ -346,10 +386,6 @@ pub fn text(plan: &MmapPlan, outcomes: &[Outcome]) -> String {
         t.push(row);
     }
     let mut out = t.render();
-    out.push_str(
-        "\n`× sequential`: how many times longer a transaction takes than with `sequential` \
-         in the same round.\n",
-    );
     if rounds {
         out.push_str(&format!("\nmedians of {} rounds:\n\n", plan.rounds));
         out.push_str(&medians_table(plan, outcomes).render());
@@ -432,6 +468,7 @@ mod summary_tests {
         Outcome {
             variant,
             round,
+            transactions: 100,
             result: Ok(run::Measured {
                 total_ms: 1.0,
                 tx_per_s,

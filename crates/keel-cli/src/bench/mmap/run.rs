@@ -94,6 +94,8 @@ pub struct Outcome {
     pub variant: Variant,
     /// The round (0-based) of `--rounds`.
     pub round: u32,
+    /// Transactions the run made (its plan's).
+    pub transactions: u64,
     pub result: Result<Measured, String>,
 }
 
@@ -107,6 +109,7 @@ impl Outcome {
         Outcome {
             variant,
             round,
+            transactions: plan.transactions,
             result,
         }
     }
@@ -116,6 +119,7 @@ impl Outcome {
             "variant": self.variant.name(),
             "how": self.variant.how(),
             "round": self.round,
+            "transactions": self.transactions,
         });
         match &self.result {
             Ok(m) => {

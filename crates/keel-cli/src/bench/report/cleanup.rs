@@ -128,22 +128,37 @@ fn remove_if_present(path: &Path) -> std::io::Result<()> {
     }
 }
 
-/// On Ctrl-C: remove every registered bench file, then exit with status
-/// 130. Installed once, on first use of [`BenchFile`]; a process that set
-/// its own handler first keeps it.
+/// On Ctrl-C: remove every registered bench file, tree and directory, then
+/// exit with status 130. Installed once, on first use of [`BenchFile`]; a
+/// process that set its own handler first keeps it.
+///
+/// The handler runs on a thread of its own while the bench goes on. It
+/// holds the registries until the process exits, so the bench cannot
+/// register (and so cannot create) another file; a file registered just
+/// before but created after the first sweep is caught by a later one: the
+/// sweeps repeat, at least twice, until no registered file or directory is
+/// left, for at most [`CLEANUP_RETRIES`] × [`CLEANUP_PAUSE`].
 fn install_interrupt_cleanup() {
     HANDLER.call_once(|| {
         let installed = ctrlc::set_handler(|| {
-            let paths = std::mem::take(&mut *lock_paths());
-            for path in &paths {
-                let _ = remove_if_present(path);
-            }
-            let trees = std::mem::take(&mut *lock_trees());
-            for tree in &trees {
-                let _ = std::fs::remove_dir_all(tree);
-            }
-            for dir in std::mem::take(&mut *lock_dirs()) {
-                let _ = std::fs::remove_dir(dir);
+            let paths = lock_paths();
+            let trees = lock_trees();
+            let dirs = lock_dirs();
+            for sweep in 0..CLEANUP_RETRIES {
+                for path in paths.iter() {
+                    let _ = remove_if_present(path);
+                }
+                for tree in trees.iter() {
+                    let _ = std::fs::remove_dir_all(tree);
+                }
+                for dir in dirs.iter() {
+                    let _ = std::fs::remove_dir(dir);
+                }
+                let clean = dirs.iter().chain(paths.iter()).all(|p| !p.exists());
+                if clean && sweep > 0 {
+                    break;
+                }
+                std::thread::sleep(CLEANUP_PAUSE);
             }
             eprintln!(
                 "\ninterrupted: removed {} bench file(s) and {} bench director(ies)",
@@ -157,6 +172,12 @@ fn install_interrupt_cleanup() {
         }
     });
 }
+
+/// How often, and how far apart, the Ctrl-C handler sweeps: long enough
+/// for a bench thread that registered a file to create it (it cannot
+/// register another).
+const CLEANUP_RETRIES: u32 = 50;
+const CLEANUP_PAUSE: std::time::Duration = std::time::Duration::from_millis(10);
 
 #[cfg(test)]
 mod tests {

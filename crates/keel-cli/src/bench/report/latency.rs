@@ -93,6 +93,47 @@ impl LatencyRecorder {
         }
     }
 
+    /// The latency of the operation of `rank` (1 = the fastest), in
+    /// microseconds.
+    fn at_rank_us(&self, rank: u64) -> f64 {
+        let n = self.len().max(1);
+        self.quantile_us(rank.clamp(1, n) as f64 / n as f64)
+    }
+
+    /// A rough 95 % confidence interval of the `quantile` (0..1) of the
+    /// distribution the operations were drawn from, in microseconds: the
+    /// order statistics whose ranks lie 1.96 binomial standard deviations
+    /// either side of `n × quantile` (distribution-free; the normal
+    /// approximation makes it rough for a few dozen operations). A bound
+    /// the operations cannot give is `None`: the upper bound of a p99 of
+    /// fewer than a few hundred operations lies above the slowest of them.
+    pub fn quantile_ci95_us(&self, quantile: f64) -> (Option<f64>, Option<f64>) {
+        let n = self.len() as f64;
+        if n < 1.0 {
+            return (None, None);
+        }
+        let half = 1.96 * (n * quantile * (1.0 - quantile)).sqrt();
+        let lo = (n * quantile - half).floor();
+        let hi = (n * quantile + half).ceil() + 1.0;
+        let bound = |rank: f64| (rank >= 1.0 && rank <= n).then(|| self.at_rank_us(rank as u64));
+        (bound(lo), bound(hi))
+    }
+
+    /// A rough 95 % confidence interval of the mean, in microseconds:
+    /// mean ± 1.96 standard errors, the lower bound no faster than the
+    /// fastest operation (`None` below two operations). Latency tails are
+    /// heavy, so take it as an order of magnitude of the noise.
+    pub fn mean_ci95_us(&self) -> Option<(f64, f64)> {
+        let n = self.len();
+        if n < 2 {
+            return None;
+        }
+        let mean = self.hist.mean() / 1_000.0;
+        let half = 1.96 * self.hist.stdev() / 1_000.0 / (n as f64).sqrt();
+        let fastest = self.hist.min() as f64 / 1_000.0;
+        Some(((mean - half).max(fastest), mean + half))
+    }
+
     /// The percentile distribution as `(quantile, latency_us)` points, dense
     /// in the tail (the shape HdrHistogram plots use): 2^k points per halving
     /// of the remaining distance to 100 %.
@@ -142,6 +183,31 @@ mod tests {
         one.record(Duration::from_nanos(1_212_479));
         assert_eq!(one.summary().p99_us, one.summary().max_us);
         assert_eq!(s.max_us, 123_456.789);
+    }
+
+    #[test]
+    fn confidence_intervals_narrow_with_more_operations() {
+        let record = |n: u64| {
+            let mut r = LatencyRecorder::new();
+            for i in 0..n {
+                // 100 µs … 199 µs, evenly: the median is ~150 µs.
+                r.record(Duration::from_micros(100 + (i * 100) / n));
+            }
+            r
+        };
+        let (small, large) = (record(40), record(4000));
+        let (lo, hi) = small.quantile_ci95_us(0.5);
+        let (lo, hi) = (lo.unwrap(), hi.unwrap());
+        assert!(lo < 150.0 && 150.0 < hi, "{lo} {hi}");
+        let (llo, lhi) = large.quantile_ci95_us(0.5);
+        assert!(lhi.unwrap() - llo.unwrap() < (hi - lo) / 5.0);
+        // 40 operations cannot bound a p99 from above; 4000 can.
+        assert_eq!(small.quantile_ci95_us(0.99).1, None);
+        assert!(large.quantile_ci95_us(0.99).1.is_some());
+        let (mlo, mhi) = small.mean_ci95_us().unwrap();
+        assert!(mlo < 150.0 && 150.0 < mhi, "{mlo} {mhi}");
+        assert_eq!(LatencyRecorder::new().quantile_ci95_us(0.5), (None, None));
+        assert_eq!(LatencyRecorder::new().mean_ci95_us(), None);
     }
 
     #[test]

@@ -15,6 +15,8 @@
 //!   [`plot::xy_svg`] — figures against a parameter (MB/s by write size).
 //! * [`files`] — the directory check, [`Prealloc`] and file preparation,
 //!   [`RandomPool`] payloads.
+//! * [`legend::legend`] — the lines under a text report that say what its
+//!   words mean.
 //!
 //! Conventions: figures go to stdout (a table, or one JSON object with
 //! `--json`); progress, warnings and errors go to stderr.
@@ -22,6 +24,7 @@
 mod cleanup;
 pub mod files;
 mod latency;
+pub mod legend;
 mod machine;
 pub mod plot;
 pub mod progress;

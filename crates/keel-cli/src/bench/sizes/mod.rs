@@ -96,6 +96,9 @@ pub fn run(args: SizesArgs) -> anyhow::Result<ExitCode> {
             outln!("\nthroughput plot: {}", path.display())?;
         }
     }
+    if !plan.json {
+        print!("{}", output::legend());
+    }
     Ok(if outcomes.iter().all(|o| o.result.is_err()) {
         eprintln!("error: every run failed");
         ExitCode::FAILURE

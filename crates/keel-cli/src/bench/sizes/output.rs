@@ -7,7 +7,7 @@ use std::path::Path;
 use serde::Serialize;
 
 use super::{Measured, Outcome, SizesPlan};
-use crate::bench::report::{number, plot, Align, Machine, Table};
+use crate::bench::report::{legend, number, plot, Align, Machine, Table};
 use crate::util::{format_size, format_size_approx};
 
 #[derive(Serialize)]
@@ -91,6 +91,43 @@ fn column(o: &Outcome) -> String {
     format!("{}{writers} {}", o.run.series, o.run.mode.name())
 }
 
+/// What the text report's words mean.
+pub fn legend() -> String {
+    legend::legend(
+        &[
+            (
+                "sequential, parallel ×N, separate_files ×N, threads ×N",
+                "the series: one writer; N writers on one file, each sequentially in its own \
+                 region; N writers on a file each; many threads of small writes",
+            ),
+            (
+                "buffered",
+                "pwrite into the page cache, then one fdatasync per file after the last write, \
+                 timed in (the cost of getting the data to disk eventually)",
+            ),
+            (
+                "durable",
+                "pwrite on an O_DIRECT|O_DSYNC descriptor: each write durable when it returns",
+            ),
+            (
+                "MB/s, write-phase MB/s",
+                "10^6 bytes per second over the writes and the final sync, and over the \
+                 writes alone (what the page cache took in, for buffered runs)",
+            ),
+            (
+                "written, writes",
+                "bytes written in all by the run, and in how many writes",
+            ),
+            (
+                "sync ms, total ms",
+                "the final fdatasync (buffered runs), and the writes plus that sync",
+            ),
+            legend::LATENCY,
+        ],
+        "docs/toolkit.md#keel-bench-sizes--durable-throughput-by-write-size",
+    )
+}
+
 pub fn text(outcomes: &[Outcome]) -> String {
     let mut out = String::from(
         "MB/s by write size (10^6 bytes/s; buffered includes its final fdatasync):\n\n",
@@ -155,7 +192,7 @@ fn runs_table(outcomes: &[Outcome]) -> Table {
         ("writers", Align::Right),
         ("mode", Align::Left),
         ("size", Align::Right),
-        ("total writes", Align::Right),
+        ("written", Align::Right),
         ("writes", Align::Right),
         ("MB/s", Align::Right),
         ("write-phase MB/s", Align::Right),

@@ -63,22 +63,37 @@ impl Measured {
 pub struct Outcome {
     pub run: SizeRun,
     pub result: Result<Measured, String>,
+    /// Every write's latency, when the run succeeded (for confidence
+    /// intervals beyond the summary).
+    pub latency: Option<LatencyRecorder>,
 }
 
 impl Outcome {
     /// Run `run` in `dir`; an error is reported on stderr at once and kept
     /// in the outcome, so the other runs still go ahead.
     pub fn run(vfs: &dyn Vfs, dir: &Path, run: &SizeRun, quiet: bool) -> Outcome {
-        let result = run_one(vfs, dir, run, quiet).map_err(|e| {
-            let message = format!("{e:#}");
-            eprintln!("{}: error: {message}", run.label());
-            message
-        });
-        Outcome { run: *run, result }
+        let (result, latency) = match run_one(vfs, dir, run, quiet) {
+            Ok((m, l)) => (Ok(m), Some(l)),
+            Err(e) => {
+                let message = format!("{e:#}");
+                eprintln!("{}: error: {message}", run.label());
+                (Err(message), None)
+            }
+        };
+        Outcome {
+            run: *run,
+            result,
+            latency,
+        }
     }
 }
 
-pub fn run_one(vfs: &dyn Vfs, dir: &Path, run: &SizeRun, quiet: bool) -> anyhow::Result<Measured> {
+pub fn run_one(
+    vfs: &dyn Vfs,
+    dir: &Path,
+    run: &SizeRun,
+    quiet: bool,
+) -> anyhow::Result<(Measured, LatencyRecorder)> {
     if run.mode == Mode::Durable {
         check_direct_size(
             vfs,
@@ -116,7 +131,7 @@ pub fn run_one(vfs: &dyn Vfs, dir: &Path, run: &SizeRun, quiet: bool) -> anyhow:
     } else {
         None
     };
-    Ok(Measured::new(run, write, sync, &latency))
+    Ok((Measured::new(run, write, sync, &latency), latency))
 }
 
 /// Start every writer at a barrier; return the time until the last one
@@ -218,7 +233,8 @@ mod tests {
                 writes_per_writer: 5,
                 prealloc: Prealloc::None,
             };
-            let m = run_one(&RealVfs, &dir, &run, true).unwrap();
+            let (m, latency) = run_one(&RealVfs, &dir, &run, true).unwrap();
+            assert_eq!(latency.len(), 15);
             assert_eq!(m.sync_ms.is_some(), mode == Mode::Buffered);
             assert!(m.total_ms >= m.write_ms && m.mb_per_s > 0.0);
         }
