@@ -297,10 +297,13 @@ struct Scanned {
 
 /// The entry printed: its key and value as the encoding shows them.
 fn show_entry(enc: Encoding, kv: &KeyValue) -> Result<Entry, Failure> {
-    let key = enc.show(|| format!("the key {}", enc.name(kv.key())), kv.key())?;
+    let key = enc.show(
+        || format!("the key {}", enc.name(kv.0.as_bytes())),
+        kv.0.as_bytes(),
+    )?;
     let value = enc.show(
-        || format!("the value of key {}", enc.name(kv.key())),
-        kv.value(),
+        || format!("the value of key {}", enc.name(kv.0.as_bytes())),
+        kv.1.as_bytes(),
     )?;
     Ok(Entry { key, value })
 }
@@ -312,9 +315,9 @@ fn show_entry(enc: Encoding, kv: &KeyValue) -> Result<Entry, Failure> {
 fn check_line(enc: Encoding, kv: &KeyValue, e: &Entry) -> Result<(), Failure> {
     let breaks = |s: &str| s.contains(['\t', '\n', '\r']);
     let what = if breaks(&e.key) {
-        format!("the key {}", enc.name(kv.key()))
+        format!("the key {}", enc.name(kv.0.as_bytes()))
     } else if breaks(&e.value) {
-        format!("the value of key {}", enc.name(kv.key()))
+        format!("the value of key {}", enc.name(kv.0.as_bytes()))
     } else {
         return Ok(());
     };

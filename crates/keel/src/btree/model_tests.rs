@@ -333,6 +333,33 @@ fn compare_range(
         .collect();
     assert_eq!(got.len(), want.len());
     assert!(got == want, "scan differs from the model");
+    let entry = |e: Result<Entry, BtreeError>| {
+        let e = e.unwrap();
+        (e.key().to_vec(), e.value().to_vec())
+    };
+    let mut back: Vec<(Vec<u8>, Vec<u8>)> = t.range(src, lo_b, hi_b).rev().map(entry).collect();
+    back.reverse();
+    assert!(back == want, "a backward scan differs from the model");
+    // Both ends at once, in a pattern that changes with the range: they
+    // meet in the middle, each entry once.
+    let mut both = t.range(src, lo_b, hi_b);
+    let mut model = std::collections::VecDeque::from(want);
+    for i in 0usize.. {
+        let front = (i * 7 + model.len()) % 3 == 0;
+        let (got, want) = match front {
+            true => (both.next().map(entry), model.pop_front()),
+            false => (both.next_back().map(entry), model.pop_back()),
+        };
+        assert!(
+            got == want,
+            "step {i} from the {} differs",
+            if front { "front" } else { "back" }
+        );
+        if want.is_none() {
+            assert!(both.next().is_none() && both.next_back().is_none());
+            break;
+        }
+    }
 }
 
 fn run(ps: PageSize, pad: usize, ops: &[Op]) {

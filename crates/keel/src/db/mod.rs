@@ -37,6 +37,7 @@ pub mod fuzzing;
 mod helper;
 mod holder;
 mod inspect;
+mod item;
 mod kept;
 mod layers;
 pub mod meta;
@@ -48,6 +49,7 @@ mod record;
 mod salvage;
 mod store;
 mod txn;
+mod typed;
 mod view;
 
 use std::path::Path;
@@ -56,15 +58,19 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-pub use error::{DbError, Result};
+pub use error::{DbError, LockHolder, Result};
+pub use item::{Key, KeyValue, Value};
 pub use placement::BackgroundCpus;
-pub use read::{Iter, KeyRange, KeyValue, ReadTxn, Table, Value, MAX_TABLE_NAME_BYTES};
+pub use read::{Iter, KeyRange, ReadTxn, Table, MAX_TABLE_NAME_BYTES};
 pub use salvage::{
     JournalNote, JournalStop, LostChange, LostChangeKind, MetaChoice, RenamedTable, SalvageMeta,
     SalvageOptions, SalvageProgress, SalvageProgressFn, SalvageReport, UnreachableRange,
 };
 pub use store::{DATA_FILE, JOURNAL_DIR, LOCK_FILE};
 pub use txn::{TableMut, WriteTxn};
+pub use typed::{
+    DecodeError, KeyCodec, TableDefinition, TypedIter, TypedTable, TypedTableMut, ValueCodec,
+};
 
 use crate::btree::{CacheStats, PageSize};
 use crate::io::{RealVfs, Vfs};
@@ -507,6 +513,7 @@ impl Database {
                 })
                 .expect("spawn the checkpoint thread")
         });
+        holder::opened(&shared);
         Database {
             shared,
             checkpointer,
@@ -674,6 +681,7 @@ impl Drop for Database {
     /// next open. Use [`Database::close`] to see errors.
     fn drop(&mut self) {
         self.stop_checkpointer();
+        holder::closed(&self.shared);
     }
 }
 
@@ -713,5 +721,7 @@ mod edge_tests;
 mod publish_tests;
 #[cfg(test)]
 mod run_tests;
+#[cfg(test)]
+mod scan_tests;
 #[cfg(test)]
 mod tests;
