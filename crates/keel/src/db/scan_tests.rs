@@ -103,21 +103,23 @@ fn check<'a>(
     let mut back: Vec<_> = scan(range()).rev().map(pair).collect();
     back.reverse();
     assert!(back == want, "{what}: backward {s:?}..{e:?}");
-    let mut both = scan(range());
-    let mut model = VecDeque::from(want);
-    for i in 0.. {
-        let from_back = pattern.rotate_right(i % 32) & 1 == 1;
-        let (got, want) = match from_back {
-            false => (both.next().map(pair), model.pop_front()),
-            true => (both.next_back().map(pair), model.pop_back()),
-        };
-        assert!(
-            got == want,
-            "{what}: step {i} (back: {from_back}) of {s:?}..{e:?}"
-        );
-        if want.is_none() {
-            assert!(both.next().is_none() && both.next_back().is_none());
-            break;
+    // Taking turns (each end asks again right after the other took the
+    // last entry), and in `pattern`.
+    for pattern in [0x5555_5555, 0xaaaa_aaaa, pattern] {
+        let mut both = scan(range());
+        let mut model = VecDeque::from(want.clone());
+        for i in 0.. {
+            let from_back = pattern.rotate_right(i % 32) & 1 == 1;
+            let (got, want) = match from_back {
+                false => (both.next().map(pair), model.pop_front()),
+                true => (both.next_back().map(pair), model.pop_back()),
+            };
+            let step = format!("{what}: step {i} (back: {from_back}) of {s:?}..{e:?}");
+            assert!(got == want, "{step}");
+            if want.is_none() {
+                assert!(both.next().is_none() && both.next_back().is_none());
+                break;
+            }
         }
     }
 }
