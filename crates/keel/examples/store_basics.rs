@@ -45,11 +45,11 @@ fn main() -> Result<(), DbError> {
     println!("tables: {:?}", read.list_tables()?);
     println!("alice is {:?}", users.get("alice")?.map(|v| v.to_vec()));
     for kv in users.range("b"..) {
-        let kv = kv?;
+        let (key, value) = kv?;
         println!(
             "  {} = {}",
-            String::from_utf8_lossy(kv.0.as_bytes()),
-            String::from_utf8_lossy(kv.1.as_bytes())
+            String::from_utf8_lossy(&key),
+            String::from_utf8_lossy(&value)
         );
     }
     let n = users.prefix("ca").count();

@@ -551,3 +551,34 @@ fn a_store_written_before_typed_tables_opens() -> keel::db::Result<()> {
     std::fs::remove_dir_all(&dir).unwrap();
     Ok(())
 }
+
+/// Salvage copies a store's typed tables as tables of bytes, and leaves
+/// the types' record out (it names the old ids): no table of it appears.
+#[test]
+fn salvage_leaves_the_types_record_out() -> keel::db::Result<()> {
+    let dir = temp_dir("salvage");
+    let db = Database::builder()
+        .journal(JournalOptions {
+            segment_size_bytes: 64 << 10,
+            ..JournalOptions::default()
+        })
+        .create(dir.join("from"))?;
+    let txn = db.begin_write()?;
+    txn.open_typed(&USERS)?.insert(1, "alice")?;
+    txn.commit()?;
+    db.close()?;
+    let report = Database::salvage(dir.join("from"), dir.join("to"), Default::default())?;
+    assert!(
+        report.renamed_tables.is_empty(),
+        "{:?}",
+        report.renamed_tables
+    );
+    let db = Database::open(dir.join("to"))?;
+    let read = db.begin_read();
+    assert_eq!(read.list_tables()?, ["users"]);
+    assert_eq!(read.open_typed(&USERS)?.get(1)?.as_deref(), Some("alice"));
+    drop(read);
+    db.close()?;
+    std::fs::remove_dir_all(&dir).unwrap();
+    Ok(())
+}

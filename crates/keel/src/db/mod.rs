@@ -6,7 +6,7 @@
 //!
 //! # fn main() -> Result<(), keel::db::DbError> {
 //! let db = Database::create("/tmp/my-store")?;
-//! let mut txn = db.begin_write()?;
+//! let txn = db.begin_write()?;
 //! txn.open_table("users")?.insert(b"alice", b"admin")?;
 //! txn.commit()?; // durable when it returns
 //!
@@ -18,6 +18,10 @@
 //! # Ok(())
 //! # }
 //! ```
+//!
+//! Several tables may be open at once in a write transaction; scans run
+//! from either end; [`TableDefinition`] gives a table typed keys and
+//! values (`docs/store.md`, "Tables and typed keys").
 //!
 //! A store is a directory: `data.keel` (the B+tree's pages and two meta
 //! pages), `journal/` (the write-ahead journal) and `LOCK`. A commit
