@@ -336,8 +336,8 @@ fn a_wrong_type_open_is_a_clear_error() -> keel::db::Result<()> {
             stored,
             requested,
         }) => {
-            assert_eq!((table.as_str(), stored.as_str()), ("users", "<u64, str>"));
-            assert_eq!(requested, "<u32, str>");
+            assert_eq!((&*table, &*stored), ("users", "<u64, str>"));
+            assert_eq!(&*requested, "<u32, str>");
         }
         other => panic!("{other:?}"),
     }
@@ -580,5 +580,33 @@ fn salvage_leaves_the_types_record_out() -> keel::db::Result<()> {
     drop(read);
     db.close()?;
     std::fs::remove_dir_all(&dir).unwrap();
+    Ok(())
+}
+
+/// Two stores of one path on two file systems (simulated ones, as tests
+/// use): each refusal names its own store's holder.
+#[test]
+fn locked_names_the_holder_on_its_own_file_system() -> keel::db::Result<()> {
+    let (a, b) = (SimVfs::new(1), SimVfs::new(2));
+    let db_a = db_on(&a, 256 << 10);
+    let db_b = db_on(&b, 256 << 10);
+    let read_b = db_b.begin_read();
+    db_b.close()?;
+    let reopen = |vfs: &Arc<SimVfs>| match Database::builder()
+        .vfs(Arc::clone(vfs) as Arc<dyn Vfs>)
+        .open("/store")
+    {
+        Err(DbError::Locked { holder, .. }) => holder,
+        other => panic!("{other:?}"),
+    };
+    assert_eq!(reopen(&a), LockHolder::OpenDatabase { read_only: false });
+    assert_eq!(
+        reopen(&b),
+        LockHolder::ClosedDatabase {
+            read_transactions: 1
+        }
+    );
+    drop(read_b);
+    db_a.close()?;
     Ok(())
 }

@@ -101,7 +101,7 @@ fn canonical(dir: &Path) -> PathBuf {
 pub(crate) fn opened(shared: &Arc<Shared>) {
     let dir = canonical(&shared.path);
     let mut held = lock(&HELD);
-    held.retain(|h| h.shared.strong_count() > 0 && h.dir != dir);
+    held.retain(|h| h.shared.strong_count() > 0);
     held.push(Held {
         dir,
         shared: Arc::downgrade(shared),
@@ -124,7 +124,7 @@ pub(crate) fn closed(shared: &Arc<Shared>) {
 /// it is held.
 #[derive(Debug)]
 struct PidLock {
-    /// Dropped last: the `flock`.
+    /// The `flock`: released once `drop` has emptied the file.
     _lock: Box<dyn LockGuard>,
     file: Option<Arc<dyn VfsFile>>,
 }
@@ -172,11 +172,19 @@ pub(crate) fn refused(vfs: &dyn Vfs, dir: &Path) -> DbError {
 
 fn holder_of(vfs: &dyn Vfs, dir: &Path) -> LockHolder {
     let canonical = canonical(dir);
-    let live = {
-        let held = lock(&HELD);
-        held.iter()
-            .filter(|h| h.dir == canonical)
-            .find_map(|h| h.shared.upgrade().map(|s| (s, h.database_open)))
+    let live: Vec<(Arc<Shared>, bool)> = lock(&HELD)
+        .iter()
+        .filter(|h| h.dir == canonical)
+        .filter_map(|h| h.shared.upgrade().map(|s| (s, h.database_open)))
+        .collect();
+    // The one on the same file system (tests open stores of one path on
+    // several simulated ones); on the real one, where each open makes its
+    // own `Vfs`, the one there is.
+    let same_vfs = |s: &Arc<Shared>| std::ptr::addr_eq(Arc::as_ptr(&s.options.vfs), vfs);
+    let live = match live.iter().position(|(s, _)| same_vfs(s)) {
+        Some(i) => live.into_iter().nth(i),
+        None if live.len() == 1 => live.into_iter().next(),
+        None => None,
     };
     if let Some((shared, database_open)) = live {
         if database_open {

@@ -484,8 +484,8 @@ fn check_types<K: KeyCodec, V: ValueCodec>(
     if stored != TypeRecord::of::<K, V>(id) {
         return Err(DbError::TableTypeMismatch {
             table: name.into(),
-            stored: format!("<{}, {}>", stored.key, stored.value),
-            requested: TableDefinition::<K, V>::types(),
+            stored: format!("<{}, {}>", stored.key, stored.value).into(),
+            requested: TableDefinition::<K, V>::types().into(),
         });
     }
     Ok(true)
@@ -580,8 +580,7 @@ fn decode_error<T: ValueCodec>(table: &str, what: &'static str, e: DecodeError) 
     DbError::Decode {
         table: table.into(),
         what,
-        type_name: T::type_name(),
-        reason: e.0,
+        reason: format!("as {}: {}", T::type_name(), e.0).into(),
     }
 }
 
