@@ -40,7 +40,7 @@ fn build(store: &Path) -> (u64, u64) {
         .unwrap();
     let mut checkpoint = 0;
     for i in 0..60u32 {
-        let mut w = db.begin_write().unwrap();
+        let w = db.begin_write().unwrap();
         w.open_table("t")
             .unwrap()
             .insert(format!("key{i:03}"), format!("value {i}"))

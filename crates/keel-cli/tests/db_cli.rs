@@ -56,7 +56,7 @@ fn new_store(name: &str) -> PathBuf {
 /// library, and close the store (checkpointed: every page on disk).
 fn fill(store: &Path, n: u32) {
     let db = Database::open(store).unwrap();
-    let mut w = db.begin_write().unwrap();
+    let w = db.begin_write().unwrap();
     {
         let mut t = w.open_table("default").unwrap();
         for i in 0..n {

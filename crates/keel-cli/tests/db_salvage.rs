@@ -51,7 +51,7 @@ fn build(store: &Path) -> u64 {
         .create(store)
         .unwrap();
     for i in 0..60u32 {
-        let mut w = db.begin_write().unwrap();
+        let w = db.begin_write().unwrap();
         let table = if i % 2 == 0 { "users" } else { "orders" };
         w.open_table(table)
             .unwrap()

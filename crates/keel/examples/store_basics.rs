@@ -16,7 +16,7 @@ fn main() -> Result<(), DbError> {
     let db = Database::create(&dir)?;
 
     // One write transaction at a time; its reads see its own writes.
-    let mut txn = db.begin_write()?;
+    let txn = db.begin_write()?;
     {
         let mut users = txn.open_table("users")?;
         users.insert("alice", "admin")?;
@@ -35,7 +35,7 @@ fn main() -> Result<(), DbError> {
     txn.commit()?;
 
     // Dropping a write transaction without commit rolls it back.
-    let mut txn = db.begin_write()?;
+    let txn = db.begin_write()?;
     txn.open_table("users")?.remove("alice")?;
     drop(txn);
 
@@ -45,11 +45,11 @@ fn main() -> Result<(), DbError> {
     println!("tables: {:?}", read.list_tables()?);
     println!("alice is {:?}", users.get("alice")?.map(|v| v.to_vec()));
     for kv in users.range("b"..) {
-        let kv = kv?;
+        let (key, value) = kv?;
         println!(
             "  {} = {}",
-            String::from_utf8_lossy(kv.key()),
-            String::from_utf8_lossy(kv.value())
+            String::from_utf8_lossy(&key),
+            String::from_utf8_lossy(&value)
         );
     }
     let n = users.prefix("ca").count();

@@ -54,7 +54,7 @@ fn main() -> Result<(), DbError> {
             .reader_pinned_bytes(128 << 20);
     }
     let db = builder.create(&dir)?;
-    let mut w = db.begin_write()?;
+    let w = db.begin_write()?;
     w.open_table("t")?;
     w.commit()?;
     let mut reader = hold.then(|| db.begin_read());

@@ -675,6 +675,77 @@ impl MemTable {
         unsafe { after.as_ref() }.map(Entry::key)
     }
 
+    /// The keys from `end` down to `start`, in descending order, each with
+    /// its newest version at or below `at` (keys without one are skipped):
+    /// [`MemTable::range`] backward.
+    pub fn range_rev(&self, start: Bound<&[u8]>, end: Bound<&[u8]>, at: Lsn) -> MemRangeRev<'_> {
+        let mut r = MemRangeRev {
+            mem: self,
+            at,
+            start: match start {
+                Bound::Included(k) => Bound::Included(k.to_vec()),
+                Bound::Excluded(k) => Bound::Excluded(k.to_vec()),
+                Bound::Unbounded => Bound::Unbounded,
+            },
+            batch: Vec::with_capacity(FANOUT),
+            low: None,
+            done: false,
+        };
+        r.fill(end);
+        r
+    }
+
+    /// Entries of the leaf holding the last key at or before `end`, up to
+    /// `end`, in order, into `out`; returns the smallest key that leaf may
+    /// hold (the separator where the path to it turned right last): every
+    /// key of the leaves before it is below that one.
+    fn leaf_before<'a>(&'a self, end: Bound<&[u8]>, out: &mut Vec<&'a Entry>) -> Option<&'a [u8]> {
+        let guard = epoch::pin();
+        let (probe, inclusive) = match end {
+            Bound::Included(k) => (Some(Probe::new(k)), true),
+            Bound::Excluded(k) => (Some(Probe::new(k)), false),
+            Bound::Unbounded => (None, true),
+        };
+        let mut before: *const Entry = ptr::null();
+        let mut node = self.root.load(Ordering::Acquire, &guard);
+        // SAFETY: as in `get`.
+        while let Some(n) = unsafe { node.as_ref() } {
+            if n.is_leaf() {
+                let slots = n.sorted_slots(n.len());
+                let last = match &probe {
+                    None => slots.len(),
+                    Some(p) => slots.partition_point(|&(h, e)| match p.cmp(h, e) {
+                        CmpOrdering::Greater => true,
+                        CmpOrdering::Equal => inclusive,
+                        CmpOrdering::Less => false,
+                    }),
+                };
+                // SAFETY: entries live as long as the memtable ('a).
+                out.extend(slots[..last].iter().map(|&(_, e)| unsafe { &*e }));
+                break;
+            }
+            let i = match &probe {
+                None => n.len() - 1,
+                Some(p) => {
+                    let i = n.child_index(p);
+                    // An excluded end equal to a separator: the keys below
+                    // it are all left of that separator (descending right
+                    // of it would find none, and come back to it forever).
+                    match i > 0 && !inclusive && n.cmp_slot(p, i).is_eq() {
+                        true => i - 1,
+                        false => i,
+                    }
+                }
+            };
+            if i > 0 {
+                before = n.entry(i);
+            }
+            node = n.children()[i].load(Ordering::Acquire, &guard);
+        }
+        // SAFETY: as above.
+        unsafe { before.as_ref() }.map(Entry::key)
+    }
+
     /// Every node reachable from the root, for `Drop`.
     fn for_each_node(&mut self, mut f: impl FnMut(Owned<Node>)) {
         // SAFETY: `&mut self`: no reader or writer is inside the memtable,
@@ -1114,6 +1185,86 @@ impl<'a> Iterator for MemRange<'a> {
                 prefetch(ahead.newest.load(Ordering::Acquire));
             }
             if self.past_end(entry.key()) {
+                self.done = true;
+                return None;
+            }
+            if let Some(v) = entry.version_at(self.at) {
+                return Some((entry.key(), v.value()));
+            }
+        }
+        None
+    }
+}
+
+/// A scan of a memtable at one LSN backward (see [`MemTable::range_rev`]):
+/// `(key, value)` in descending key order, `None` for a deletion.
+pub struct MemRangeRev<'a> {
+    mem: &'a MemTable,
+    at: Lsn,
+    start: Bound<Vec<u8>>,
+    /// One leaf's entries up to where the scan is, in key order: taken
+    /// from the back.
+    batch: Vec<&'a Entry>,
+    /// The smallest key of the leaf `batch` came from: the next leaf is
+    /// the one before it.
+    low: Option<&'a [u8]>,
+    done: bool,
+}
+
+impl std::fmt::Debug for MemRangeRev<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MemRangeRev").field("at", &self.at).finish()
+    }
+}
+
+impl<'a> MemRangeRev<'a> {
+    /// The previous non-empty leaf's entries up to `end`.
+    fn fill(&mut self, end: Bound<&[u8]>) {
+        self.batch.clear();
+        let mut before = self.mem.leaf_before(end, &mut self.batch);
+        while self.batch.is_empty() {
+            match before {
+                Some(k) => before = self.mem.leaf_before(Bound::Excluded(k), &mut self.batch),
+                None => {
+                    self.done = true;
+                    return;
+                }
+            }
+        }
+        self.low = Some(self.batch[0].key());
+        for &e in &self.batch {
+            prefetch(e);
+        }
+    }
+
+    fn before_start(&self, key: &[u8]) -> bool {
+        match &self.start {
+            Bound::Included(s) => key < s.as_slice(),
+            Bound::Excluded(s) => key <= s.as_slice(),
+            Bound::Unbounded => false,
+        }
+    }
+}
+
+impl<'a> Iterator for MemRangeRev<'a> {
+    type Item = (&'a [u8], Option<&'a [u8]>);
+
+    fn next(&mut self) -> Option<Self::Item> {
+        while !self.done {
+            let Some(entry) = self.batch.pop() else {
+                let low = self.low.expect("a leaf was read");
+                self.fill(Bound::Excluded(low));
+                continue;
+            };
+            if let Some(&ahead) = self
+                .batch
+                .len()
+                .checked_sub(VERSION_PREFETCH_AHEAD)
+                .and_then(|i| self.batch.get(i))
+            {
+                prefetch(ahead.newest.load(Ordering::Acquire));
+            }
+            if self.before_start(entry.key()) {
                 self.done = true;
                 return None;
             }

@@ -39,7 +39,7 @@ fn contents(db: &Database) -> Contents {
     t.iter()
         .map(|kv| {
             let kv = kv.unwrap();
-            (kv.key().to_vec(), kv.value().to_vec())
+            (kv.0.as_bytes().to_vec(), kv.1.as_bytes().to_vec())
         })
         .collect()
 }
@@ -121,7 +121,7 @@ fn check_open(
 /// close and a reopen, with every commit before it.
 fn goes_on(b: &Built, path: &Path, db: Database, mut want: Contents) {
     let (k, v) = (b"z-after-damage".to_vec(), b"AFTER".to_vec());
-    let mut w = db.begin_write().unwrap();
+    let w = db.begin_write().unwrap();
     w.open_table(TABLE).unwrap().insert(&k, &v).unwrap();
     w.commit().unwrap();
     db.close().unwrap();

@@ -270,7 +270,7 @@ fn contents(to: &Path) -> Tables {
             .iter()
             .map(|kv| {
                 let kv = kv.unwrap();
-                (kv.key().to_vec(), kv.value().to_vec())
+                (kv.0.as_bytes().to_vec(), kv.1.as_bytes().to_vec())
             })
             .collect();
         out.insert(name, m);
@@ -754,7 +754,10 @@ fn salvage_refuses_a_target_it_must_not_write_and_a_store_in_use() {
         "a refused salvage changed the store"
     );
     let open = Database::open(&store).unwrap();
-    assert!(matches!(refused(&dir.join("new")), Err(DbError::Locked(_))));
+    assert!(matches!(
+        refused(&dir.join("new")),
+        Err(DbError::Locked { .. })
+    ));
     drop(open);
     assert!(!dir.join("new").exists());
 }

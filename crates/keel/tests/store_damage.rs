@@ -37,7 +37,7 @@ fn store(checkpointed: u32, after: u32) -> (Arc<SimVfs>, PathBuf) {
     let dir = PathBuf::from("/s");
     let db = builder(&vfs).create(&dir).unwrap();
     let put = |i: u32| {
-        let mut w = db.begin_write().unwrap();
+        let w = db.begin_write().unwrap();
         w.open_table("t").unwrap().insert(key(i), value(i)).unwrap();
         w.commit().unwrap();
     };
@@ -87,7 +87,7 @@ fn damage_the_checkpoint_covers_opens_and_is_reported() {
     assert_eq!(skipped[0].lsns.0, 10, "{skipped:?}");
     assert!(skipped[0].lsns.1 <= checkpoint, "{skipped:?}");
     // The store goes on, and what it commits now survives a reopen.
-    let mut w = db.begin_write().unwrap();
+    let w = db.begin_write().unwrap();
     w.open_table("t")
         .unwrap()
         .insert(key(40), value(40))
@@ -199,7 +199,7 @@ fn a_lost_data_file_is_salvaged_from_a_journal_that_starts_at_the_first_commit()
     let dir = PathBuf::from("/s");
     let db = builder(&vfs).create(&dir).unwrap();
     for i in 0..40 {
-        let mut w = db.begin_write().unwrap();
+        let w = db.begin_write().unwrap();
         w.open_table("t").unwrap().insert(key(i), value(i)).unwrap();
         w.commit().unwrap();
     }
@@ -252,7 +252,7 @@ fn a_shortened_segment_is_refused_only_where_it_held_needed_records() {
             .create(&dir)
             .unwrap();
         let put = |i: u32| {
-            let mut w = db.begin_write().unwrap();
+            let w = db.begin_write().unwrap();
             w.open_table("t").unwrap().insert(key(i), value(i)).unwrap();
             w.commit().unwrap();
         };

@@ -58,7 +58,7 @@ fn open(dir: &Path) -> Database {
     for _ in 0..500 {
         match builder().create(dir) {
             Ok(db) => return db,
-            Err(DbError::Locked(_)) => std::thread::sleep(Duration::from_millis(10)),
+            Err(DbError::Locked { .. }) => std::thread::sleep(Duration::from_millis(10)),
             Err(e) => panic!("open {}: {e}", dir.display()),
         }
     }
@@ -89,7 +89,7 @@ fn child_main(dir: &Path) {
                     } else {
                         rng.random_range(1..6)
                     };
-                    let mut w = db.begin_write().unwrap();
+                    let w = db.begin_write().unwrap();
                     {
                         let mut tab = w.open_table("kv").unwrap();
                         for i in 0..keys {
@@ -152,14 +152,14 @@ fn check_recovered(dir: &Path, acks: &Acks) -> BTreeSet<(u32, u64)> {
     if let Ok(t) = r.open_table("kv") {
         for kv in t.iter() {
             let kv = kv.unwrap();
-            let k = String::from_utf8(kv.key().to_vec()).expect("a key no child wrote");
+            let k = String::from_utf8(kv.0.as_bytes().to_vec()).expect("a key no child wrote");
             let f: Vec<&str> = k.split('/').collect();
             let (t, c, i): (u32, u64, usize) = (
                 f[0][1..].parse().unwrap(),
                 f[1][1..].parse().unwrap(),
                 f[2].parse().unwrap(),
             );
-            assert_eq!(kv.value(), value(t, c, i), "key {k}: wrong value");
+            assert_eq!(kv.1.as_bytes(), value(t, c, i), "key {k}: wrong value");
             present.entry((t, c)).or_default().insert(i);
         }
     }

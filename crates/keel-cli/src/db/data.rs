@@ -361,12 +361,17 @@ pub fn scan(a: ScanArgs) -> Result<ExitCode, Failure> {
         count += 1;
         if json {
             entries.push(Entry {
-                key: enc.json(kv.key()),
-                value: enc.json(kv.value()),
+                key: enc.json(kv.0.as_bytes()),
+                value: enc.json(kv.1.as_bytes()),
             });
         } else {
             // Escaped text holds no tab and no line break.
-            writeln!(out, "{}\t{}", enc.text(kv.key()), enc.text(kv.value()))?;
+            writeln!(
+                out,
+                "{}\t{}",
+                enc.text(kv.0.as_bytes()),
+                enc.text(kv.1.as_bytes())
+            )?;
         }
     }
     out.finish()?;

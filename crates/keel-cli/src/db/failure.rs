@@ -105,7 +105,7 @@ impl From<StdoutError> for Failure {
 pub fn kind_of(e: &DbError) -> Kind {
     match e {
         DbError::NotAStore { .. } => Kind::NotAStore,
-        DbError::Locked(_) => Kind::Locked,
+        DbError::Locked { .. } => Kind::Locked,
         DbError::Journal(JournalError::Locked(_)) => Kind::Locked,
         DbError::Corrupt { .. } | DbError::Tree(_) => Kind::Damaged,
         DbError::Journal(

@@ -333,6 +333,37 @@ fn compare_range(
         .collect();
     assert_eq!(got.len(), want.len());
     assert!(got == want, "scan differs from the model");
+    let entry = |e: Result<Entry, BtreeError>| {
+        let e = e.unwrap();
+        (e.key().to_vec(), e.value().to_vec())
+    };
+    let mut back: Vec<(Vec<u8>, Vec<u8>)> = t.range(src, lo_b, hi_b).rev().map(entry).collect();
+    back.reverse();
+    assert!(back == want, "a backward scan differs from the model");
+    // Both ends at once: they meet in the middle, each entry once. Taking
+    // turns, each end asks again right after the other took the last
+    // entry; the third pattern changes with the range.
+    let len = want.len();
+    let patterns: [&dyn Fn(usize) -> bool; 3] = [&|i| i % 2 == 0, &|i| i % 2 == 1, &|i| {
+        (i * 7 + len) % 3 == 0
+    }];
+    for front_at in patterns {
+        let mut both = t.range(src, lo_b, hi_b);
+        let mut model = std::collections::VecDeque::from(want.clone());
+        for i in 0usize.. {
+            let front = front_at(i);
+            let (got, want) = match front {
+                true => (both.next().map(entry), model.pop_front()),
+                false => (both.next_back().map(entry), model.pop_back()),
+            };
+            let end = if front { "front" } else { "back" };
+            assert!(got == want, "step {i} from the {end} differs");
+            if want.is_none() {
+                assert!(both.next().is_none() && both.next_back().is_none());
+                break;
+            }
+        }
+    }
 }
 
 fn run(ps: PageSize, pad: usize, ops: &[Op]) {

@@ -1,5 +1,6 @@
-//! Reading a tree: point lookups and forward range scans, across nodes in
-//! memory and nodes read through the [`PageSource`].
+//! Reading a tree: point lookups and range scans (forward, backward, or
+//! both ends at once), across nodes in memory and nodes read through the
+//! [`PageSource`].
 
 use std::ops::Bound;
 use std::sync::Arc;
@@ -160,12 +161,12 @@ pub(crate) fn get(
     }
 }
 
-fn own(b: Bound<&[u8]>) -> Bound<Box<[u8]>> {
-    b.map(Box::from)
+fn own(b: Bound<&[u8]>) -> Bound<Arc<[u8]>> {
+    b.map(Arc::from)
 }
 
 /// Whether `key` lies past the end bound.
-fn past_end(key: &[u8], end: &Bound<Box<[u8]>>) -> bool {
+fn past_end(key: &[u8], end: &Bound<Arc<[u8]>>) -> bool {
     match end {
         Bound::Unbounded => false,
         Bound::Included(e) => key > &e[..],
@@ -182,17 +183,38 @@ pub(crate) fn leaf_start(leaf: &super::leaf::Leaf, start: Bound<&[u8]>) -> usize
     }
 }
 
-/// The root and start bound of a scan that has not descended yet.
-type Seek = (Arc<Node>, Bound<Box<[u8]>>);
+/// Whether `key` lies before the start bound.
+fn before_start(key: &[u8], start: &Bound<Arc<[u8]>>) -> bool {
+    match start {
+        Bound::Unbounded => false,
+        Bound::Included(s) => key < &s[..],
+        Bound::Excluded(s) => key <= &s[..],
+    }
+}
 
-/// A forward scan over a key range. It descends lazily: one leaf and the
-/// path to it are held at a time (as `Arc`s, so the snapshot it reads
-/// stays intact whatever writers do meanwhile). After an error it ends.
+/// The position in a leaf after the last key at or before the end bound.
+fn leaf_end(leaf: &super::leaf::Leaf, end: Bound<&[u8]>) -> usize {
+    match end {
+        Bound::Unbounded => leaf.len(),
+        Bound::Included(k) => leaf.search(k).map_or_else(|i| i, |i| i + 1),
+        Bound::Excluded(k) => leaf.search(k).unwrap_or_else(|i| i),
+    }
+}
+
+/// The root and start bound of a scan that has not descended yet.
+type Seek = (Arc<Node>, Bound<Arc<[u8]>>);
+
+/// A scan over a key range, in key order (`next`) or from its end
+/// (`next_back`), or from both ends at once: the two meet in the middle,
+/// and no entry comes out twice. It descends lazily: one leaf and the
+/// path to it are held at a time per end (as `Arc`s, so the snapshot it
+/// reads stays intact whatever writers do meanwhile). After an error it
+/// ends.
 ///
-/// Each leaf it moves to must begin after the last key of the one before:
-/// on a damaged file where branches share a subtree, a scan would
-/// otherwise read it once per path to it (2^depth times) and return its
-/// keys again.
+/// Each leaf it moves to must begin after the last key of the one before
+/// (going backward: end before the first key of the one after): on a
+/// damaged file where branches share a subtree, a scan would otherwise
+/// read it once per path to it (2^depth times) and return its keys again.
 pub struct Range<'a> {
     src: &'a dyn PageSource,
     /// Where to start, until the first call descends.
@@ -203,8 +225,28 @@ pub struct Range<'a> {
     /// The last leaf left that held a key.
     behind: Option<Arc<Node>>,
     pos: usize,
-    end: Bound<Box<[u8]>>,
+    /// Whether `next` returned an entry: then the last one is `leaf`'s
+    /// at `pos - 1`, where the backward end stops.
+    front_moved: bool,
+    start: Bound<Arc<[u8]>>,
+    end: Bound<Arc<[u8]>>,
+    back: Back,
     done: bool,
+}
+
+/// The backward end of a [`Range`]: a path and a leaf of its own.
+struct Back {
+    /// The root, until the first `next_back` descends (from the end).
+    seek: Option<Arc<Node>>,
+    stack: Vec<(Arc<Node>, usize)>,
+    leaf: Option<Arc<Node>>,
+    /// The leaf's entries below `pos` are still ahead (the next one is at
+    /// `pos - 1`); once one was returned, it is the one at `pos`.
+    pos: usize,
+    /// The last leaf left that held a key.
+    ahead: Option<Arc<Node>>,
+    /// Whether `next_back` returned an entry (see `pos`).
+    moved: bool,
 }
 
 impl<'a> Range<'a> {
@@ -214,14 +256,25 @@ impl<'a> Range<'a> {
         start: Bound<&[u8]>,
         end: Bound<&[u8]>,
     ) -> Range<'a> {
+        let (start, end) = (own(start), own(end));
         Range {
             src,
-            seek: root.map(|r| (Arc::clone(r), own(start))),
+            seek: root.map(|r| (Arc::clone(r), start.clone())),
             stack: Vec::new(),
             leaf: None,
             behind: None,
             pos: 0,
-            end: own(end),
+            front_moved: false,
+            start,
+            end,
+            back: Back {
+                seek: root.cloned(),
+                stack: Vec::new(),
+                leaf: None,
+                pos: 0,
+                ahead: None,
+                moved: false,
+            },
             done: false,
         }
     }
@@ -276,10 +329,12 @@ impl<'a> Range<'a> {
             };
             let l = leaf.as_leaf().expect("a leaf");
             if self.pos < l.len() {
-                if past_end(l.key(self.pos), &self.end) {
+                let key = l.key(self.pos);
+                if past_end(key, &self.end) || self.back_mark().is_some_and(|b| key >= b) {
                     return Ok(None);
                 }
                 self.pos += 1;
+                self.front_moved = true;
                 return Ok(Some((Arc::clone(leaf), self.pos - 1)));
             }
             if !l.is_empty() {
@@ -318,6 +373,146 @@ impl<'a> Range<'a> {
             None => Ok(None),
         }
     }
+
+    /// The last key `next` returned, if any. (Between calls the front
+    /// stands just after it in its leaf: a call that moves on either
+    /// returns another entry or ends the scan.)
+    fn front_mark(&self) -> Option<&[u8]> {
+        let leaf = self
+            .leaf
+            .as_ref()
+            .filter(|_| self.front_moved && self.pos > 0)?;
+        Some(leaf.as_leaf().expect("a leaf").key(self.pos - 1))
+    }
+
+    /// The last key `next_back` returned, if any (as `front_mark`).
+    fn back_mark(&self) -> Option<&[u8]> {
+        let leaf = self.back.leaf.as_ref().filter(|_| self.back.moved)?;
+        let l = leaf.as_leaf().expect("a leaf");
+        (self.back.pos < l.len()).then(|| l.key(self.back.pos))
+    }
+
+    /// Descend from `root` to the leaf holding `end`'s last key at or
+    /// before it.
+    fn descend_back(&mut self, root: Arc<Node>) -> Result<(), BtreeError> {
+        let mut node = root;
+        loop {
+            let end = self.end.as_ref().map(|k| &k[..]);
+            let (i, child) = match node.body() {
+                Body::Leaf(l) => {
+                    self.back.pos = leaf_end(l, end);
+                    self.back.leaf = Some(node);
+                    return Ok(());
+                }
+                Body::Branch(b) => {
+                    let i = match end {
+                        Bound::Unbounded => b.len() - 1,
+                        Bound::Included(k) | Bound::Excluded(k) => b.child_index(k),
+                    };
+                    (i, child_node(b, i, self.src)?)
+                }
+            };
+            self.back.stack.push((node, i));
+            node = child;
+        }
+    }
+
+    /// Move to the end of the previous leaf; false at the tree's start.
+    fn prev_leaf(&mut self) -> Result<bool, BtreeError> {
+        self.back.leaf = None;
+        while let Some((branch, i)) = self.back.stack.last_mut() {
+            if *i > 0 {
+                *i -= 1;
+                let b = branch.as_branch().expect("a branch");
+                let mut node = child_node(b, *i, self.src)?;
+                // Down the rightmost path.
+                loop {
+                    let child = match node.body() {
+                        Body::Leaf(l) => {
+                            self.back.pos = l.len();
+                            self.back.leaf = Some(node);
+                            return Ok(true);
+                        }
+                        Body::Branch(b) => child_node(b, b.len() - 1, self.src)?,
+                    };
+                    let last = node.as_branch().expect("a branch").len() - 1;
+                    self.back.stack.push((node, last));
+                    node = child;
+                }
+            }
+            self.back.stack.pop();
+        }
+        Ok(false)
+    }
+
+    /// The previous position in the range, from its end (leaf and index),
+    /// without loading the value.
+    pub(crate) fn prev_position(&mut self) -> Result<Option<(Arc<Node>, usize)>, BtreeError> {
+        if let Some(root) = self.back.seek.take() {
+            self.descend_back(root)?;
+        }
+        loop {
+            let Some(leaf) = self.back.leaf.clone() else {
+                return Ok(None);
+            };
+            let l = leaf.as_leaf().expect("a leaf");
+            if self.back.pos > 0 {
+                let key = l.key(self.back.pos - 1);
+                if before_start(key, &self.start) || self.front_mark().is_some_and(|f| key <= f) {
+                    return Ok(None);
+                }
+                self.back.pos -= 1;
+                self.back.moved = true;
+                return Ok(Some((leaf, self.back.pos)));
+            }
+            if !l.is_empty() {
+                self.back.ahead = Some(Arc::clone(&leaf));
+            }
+            if !self.prev_leaf()? {
+                return Ok(None);
+            }
+            self.check_order_back()?;
+        }
+    }
+
+    /// The leaf just entered going backward ends before the first key of
+    /// the one left behind it.
+    fn check_order_back(&self) -> Result<(), BtreeError> {
+        let (Some(ahead), Some(leaf)) = (&self.back.ahead, &self.back.leaf) else {
+            return Ok(());
+        };
+        let a = ahead.as_leaf().expect("a leaf");
+        let l = leaf.as_leaf().expect("a leaf");
+        if l.is_empty() || l.key(l.len() - 1) < a.key(0) {
+            return Ok(());
+        }
+        Err(match leaf.location() {
+            Some(loc) => BtreeError::Corrupt {
+                page: loc.page,
+                reason: "a leaf whose keys do not precede the next leaf's (a subtree reached \
+                         twice?)",
+            },
+            None => BtreeError::Invariant("a backward scan met keys out of order in memory".into()),
+        })
+    }
+
+    fn step_back(&mut self) -> Result<Option<Entry>, BtreeError> {
+        match self.prev_position()? {
+            Some((leaf, i)) => Entry::new(leaf, i, self.src).map(Some),
+            None => Ok(None),
+        }
+    }
+
+    /// End the scan, at both ends.
+    fn finish(&mut self) {
+        self.done = true;
+        self.stack.clear();
+        self.leaf = None;
+        self.behind = None;
+        self.back.stack.clear();
+        self.back.leaf = None;
+        self.back.ahead = None;
+    }
 }
 
 impl Iterator for Range<'_> {
@@ -329,10 +524,22 @@ impl Iterator for Range<'_> {
         }
         let item = self.step().transpose();
         if !matches!(item, Some(Ok(_))) {
-            self.done = true;
-            self.stack.clear();
-            self.leaf = None;
-            self.behind = None;
+            self.finish();
+        }
+        item
+    }
+}
+
+/// From the range's end: the entries in descending key order. Mixed with
+/// `next`, each entry comes out once: the two ends stop where they meet.
+impl DoubleEndedIterator for Range<'_> {
+    fn next_back(&mut self) -> Option<Self::Item> {
+        if self.done {
+            return None;
+        }
+        let item = self.step_back().transpose();
+        if !matches!(item, Some(Ok(_))) {
+            self.finish();
         }
         item
     }

@@ -26,7 +26,7 @@ const DIR: &str = "/s";
 fn store_with_a_table() -> Arc<SimVfs> {
     let vfs = SimVfs::new(3);
     let db = builder(&vfs).create(Path::new(DIR)).unwrap();
-    let mut w = db.begin_write().unwrap();
+    let w = db.begin_write().unwrap();
     {
         let mut t = w.open_table("t").unwrap();
         for k in b'a'..=b'z' {

@@ -30,7 +30,7 @@ fn empty_ranges() -> Vec<(Bound<&'static str>, Bound<&'static str>)> {
 }
 
 fn keys(it: Iter<'_>) -> Vec<String> {
-    it.map(|kv| String::from_utf8(kv.unwrap().key().to_vec()).unwrap())
+    it.map(|kv| String::from_utf8(kv.unwrap().0.as_bytes().to_vec()).unwrap())
         .collect()
 }
 
@@ -43,7 +43,7 @@ fn empty_and_reversed_ranges_yield_nothing() {
     let vfs = SimVfs::new(41);
     let db = builder(&vfs).create(Path::new("/s")).unwrap();
     let commit = |keys: &[&str]| {
-        let mut w = db.begin_write().unwrap();
+        let w = db.begin_write().unwrap();
         let mut t = w.open_table("t").unwrap();
         for k in keys {
             t.insert(k, b"v").unwrap();
@@ -67,7 +67,7 @@ fn empty_and_reversed_ranges_yield_nothing() {
         assert_eq!(keys(t.range("b0".."b01")), ["b00"]);
     }
 
-    let mut w = db.begin_write().unwrap();
+    let w = db.begin_write().unwrap();
     let mut t = w.open_table("t").unwrap();
     assert!(t.get("a").unwrap().is_some(), "the writer slot taken");
     t.insert("b", b"w").unwrap();
@@ -145,20 +145,20 @@ fn a_thread_holding_the_writer_slot_gets_would_deadlock_not_a_hang() {
     within_a_minute(|| {
         let vfs = SimVfs::new(47);
         let db = builder(&vfs).create(Path::new("/s")).unwrap();
-        let mut w = db.begin_write().unwrap();
+        let w = db.begin_write().unwrap();
         w.open_table("t").unwrap().insert("a", "1").unwrap();
         w.commit().unwrap();
 
-        let mut first = db.begin_write().unwrap();
+        let first = db.begin_write().unwrap();
         assert!(first.open_table("t").unwrap().get("a").unwrap().is_some());
         // A blind second transaction, committed: it would queue for the
         // slot.
-        let mut second = db.begin_write().unwrap();
+        let second = db.begin_write().unwrap();
         second.open_table("t").unwrap().insert("b", "2").unwrap();
         would_deadlock(second.commit());
         // One that reads, or commits nothing (an `Immediate` commit of
         // nothing still takes the slot).
-        let mut third = db.begin_write().unwrap();
+        let third = db.begin_write().unwrap();
         would_deadlock(third.open_table("t").unwrap().get("a"));
         would_deadlock(third.list_tables());
         would_deadlock(db.begin_write().unwrap().commit());
@@ -167,7 +167,7 @@ fn a_thread_holding_the_writer_slot_gets_would_deadlock_not_a_hang() {
         first.open_table("t").unwrap().insert("c", "3").unwrap();
         first.commit().unwrap();
 
-        let mut w = db.begin_write().unwrap();
+        let w = db.begin_write().unwrap();
         w.open_table("t").unwrap().insert("d", "4").unwrap();
         w.commit().unwrap();
         db.checkpoint().unwrap();
@@ -176,7 +176,7 @@ fn a_thread_holding_the_writer_slot_gets_would_deadlock_not_a_hang() {
             .open_table("t")
             .unwrap()
             .iter()
-            .map(|kv| kv.unwrap().key().to_vec())
+            .map(|kv| kv.unwrap().0.as_bytes().to_vec())
             .collect();
         assert_eq!(keys, [b"a", b"c", b"d"]);
         drop(r);
@@ -197,8 +197,8 @@ fn close_and_backpressure_on_the_slot_holders_thread_get_would_deadlock() {
             .backpressure_journal_bytes(1)
             .create(dir)
             .unwrap();
-        let mut first = db.begin_write().unwrap();
-        let mut other = db.begin_write().unwrap();
+        let first = db.begin_write().unwrap();
+        let other = db.begin_write().unwrap();
         other.open_table("t").unwrap().insert("a", "1").unwrap();
         other.commit().unwrap();
         assert!(first.open_table("t").unwrap().get("a").unwrap().is_some());
@@ -224,7 +224,7 @@ fn the_slot_holder_follows_a_transaction_moved_to_another_thread() {
     within_a_minute(|| {
         let vfs = SimVfs::new(59);
         let db = Arc::new(builder(&vfs).create(Path::new("/s")).unwrap());
-        let mut first = db.begin_write().unwrap();
+        let first = db.begin_write().unwrap();
         first.open_table("t").unwrap().insert("a", "1").unwrap();
         assert!(first.open_table("t").unwrap().get("a").unwrap().is_some());
         let (used, go) = (mpsc::channel(), mpsc::channel::<()>());
@@ -242,7 +242,7 @@ fn the_slot_holder_follows_a_transaction_moved_to_another_thread() {
         used.1.recv().unwrap();
         go.0.send(()).unwrap();
         // Waits until the other thread commits.
-        let mut second = db.begin_write().unwrap();
+        let second = db.begin_write().unwrap();
         let got = second.open_table("t").unwrap().get("a").unwrap();
         assert_eq!(got.as_deref(), Some(&b"1"[..]));
         second.commit().unwrap();
@@ -265,8 +265,8 @@ fn a_store_dropped_on_the_slot_holders_thread_does_not_wait_for_its_checkpointer
             .checkpoint_journal_bytes(1)
             .create(dir)
             .unwrap();
-        let mut first = db.begin_write().unwrap();
-        let mut other = db.begin_write().unwrap();
+        let first = db.begin_write().unwrap();
+        let other = db.begin_write().unwrap();
         other.open_table("t").unwrap().insert("a", "1").unwrap();
         // Asks the background checkpointer for a checkpoint.
         other.commit().unwrap();
@@ -295,7 +295,7 @@ fn a_free_count_that_is_not_the_free_lists_is_refused_at_open() {
     let dir = Path::new("/s");
     let db = builder(&vfs).create(dir).unwrap();
     for round in 0..2u8 {
-        let mut w = db.begin_write().unwrap();
+        let w = db.begin_write().unwrap();
         let mut t = w.open_table("t").unwrap();
         for k in 0..200u32 {
             t.insert(k.to_be_bytes(), [round; 300]).unwrap();

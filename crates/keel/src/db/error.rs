@@ -28,9 +28,15 @@ pub enum DbError {
         /// What is missing or wrong there.
         reason: String,
     },
-    /// Another process (or another handle in this one) has the store open.
-    #[error("store {0} is in use by another process (its LOCK file is held)")]
-    Locked(PathBuf),
+    /// The store is open already, by this process or another: `holder`
+    /// says which, and what holds it.
+    #[error("store {path} is in use by {holder}")]
+    Locked {
+        /// The store's directory.
+        path: PathBuf,
+        /// Who holds its lock.
+        holder: LockHolder,
+    },
     /// The store's files are damaged or do not belong together. The store
     /// cannot be opened as it is; [`super::Database::salvage`] (`keel db
     /// salvage STORE --to NEW`) copies every commit its files prove whole
@@ -133,6 +139,33 @@ pub enum DbError {
     /// Options that cannot work.
     #[error("invalid store options: {0}")]
     BadOptions(String),
+    /// A typed table opened with other key or value types than it was
+    /// made with (see [`super::TableDefinition`]): nothing was changed.
+    #[error(
+        "table {table:?} holds {stored}, not {requested}: open it with the types it was made \
+         with (or as bytes, with `open_table`)"
+    )]
+    TableTypeMismatch {
+        /// The table's name.
+        table: Box<str>,
+        /// Its key and value types as the store records them, `<K, V>`.
+        stored: Box<str>,
+        /// The types it was opened with, `<K, V>`.
+        requested: Box<str>,
+    },
+    /// A typed table's key or value does not decode as its type: it was
+    /// written as bytes (`open_table`) or by another program, or with
+    /// other types before the table recorded its own.
+    #[error("table {table:?}: {what} does not decode {reason}")]
+    Decode {
+        /// The table's name.
+        table: Box<str>,
+        /// `"a key"` or `"a value"`.
+        what: &'static str,
+        /// The type it should decode as, and what is wrong with the
+        /// bytes: `as u64: 3 bytes where u64 takes 8`.
+        reason: Box<str>,
+    },
     /// [`super::Database::salvage`] was given a path for the new store
     /// that it must not write to.
     #[error("cannot salvage into {path}: {reason}")]
@@ -144,10 +177,71 @@ pub enum DbError {
     },
 }
 
+/// Who holds a store's lock (see [`DbError::Locked`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum LockHolder {
+    /// A `Database` of this process has it open (`read_only`: opened with
+    /// `open_read_only`); close or drop it first.
+    OpenDatabase {
+        /// Whether it was opened read-only.
+        read_only: bool,
+    },
+    /// The `Database` of this process that had it open was closed or
+    /// dropped, but transactions of it are still alive: they read its
+    /// files, and keep the store locked until they are dropped.
+    ClosedDatabase {
+        /// Read transactions of it still alive (a write transaction, or
+        /// a scan, may hold it too).
+        read_transactions: usize,
+    },
+    /// This process, otherwise (opening or closing it at this moment, or
+    /// salvage reading it).
+    ThisProcess,
+    /// Another process.
+    OtherProcess {
+        /// Its id, as written in the store's `LOCK` file (`None`: the
+        /// file names no living process: a Keel that does not write it,
+        /// or not yet).
+        pid: Option<u32>,
+    },
+}
+
+impl std::fmt::Display for LockHolder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            LockHolder::OpenDatabase { read_only } => write!(
+                f,
+                "this process: a Database opened on it{} is still open (close or drop it first)",
+                if *read_only { " read-only" } else { "" }
+            ),
+            LockHolder::ClosedDatabase { read_transactions } => write!(
+                f,
+                "this process: its Database was closed, but transactions of it are still alive \
+                 ({read_transactions} read transaction(s)) and keep the store open until they \
+                 are dropped"
+            ),
+            LockHolder::ThisProcess => write!(f, "this process (it is being opened or closed)"),
+            LockHolder::OtherProcess { pid: Some(pid) } => {
+                write!(
+                    f,
+                    "another process (pid {pid}; it holds the store's LOCK file)"
+                )
+            }
+            LockHolder::OtherProcess { pid: None } => {
+                write!(f, "another process (it holds the store's LOCK file)")
+            }
+        }
+    }
+}
+
 impl From<IoError> for DbError {
     fn from(e: IoError) -> Self {
         match e {
-            IoError::Locked { path } => DbError::Locked(path),
+            IoError::Locked { path } => DbError::Locked {
+                path,
+                holder: LockHolder::OtherProcess { pid: None },
+            },
             e => DbError::Io(Arc::new(e)),
         }
     }
@@ -161,3 +255,9 @@ impl From<BtreeError> for DbError {
 
 /// Results of the store.
 pub type Result<T, E = DbError> = std::result::Result<T, E>;
+
+// Every result of the store carries a `DbError`'s room: variants hold
+// boxed strings, not `String`s, to keep it at seven words (a fourth
+// `String` in one variant made it eleven, and a scan's every step moved
+// the difference).
+const _: () = assert!(std::mem::size_of::<DbError>() <= 56);

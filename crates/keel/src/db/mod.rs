@@ -6,7 +6,7 @@
 //!
 //! # fn main() -> Result<(), keel::db::DbError> {
 //! let db = Database::create("/tmp/my-store")?;
-//! let mut txn = db.begin_write()?;
+//! let txn = db.begin_write()?;
 //! txn.open_table("users")?.insert(b"alice", b"admin")?;
 //! txn.commit()?; // durable when it returns
 //!
@@ -18,6 +18,10 @@
 //! # Ok(())
 //! # }
 //! ```
+//!
+//! Several tables may be open at once in a write transaction; scans run
+//! from either end; [`TableDefinition`] gives a table typed keys and
+//! values (`docs/store.md`, "Tables and typed keys").
 //!
 //! A store is a directory: `data.keel` (the B+tree's pages and two meta
 //! pages), `journal/` (the write-ahead journal) and `LOCK`. A commit
@@ -37,6 +41,7 @@ pub mod fuzzing;
 mod helper;
 mod holder;
 mod inspect;
+mod item;
 mod kept;
 mod layers;
 pub mod meta;
@@ -48,6 +53,7 @@ mod record;
 mod salvage;
 mod store;
 mod txn;
+mod typed;
 mod view;
 
 use std::path::Path;
@@ -56,15 +62,19 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-pub use error::{DbError, Result};
+pub use error::{DbError, LockHolder, Result};
+pub use item::{Key, KeyValue, Value};
 pub use placement::BackgroundCpus;
-pub use read::{Iter, KeyRange, KeyValue, ReadTxn, Table, Value, MAX_TABLE_NAME_BYTES};
+pub use read::{Iter, KeyRange, ReadTxn, Table, MAX_TABLE_NAME_BYTES};
 pub use salvage::{
     JournalNote, JournalStop, LostChange, LostChangeKind, MetaChoice, RenamedTable, SalvageMeta,
     SalvageOptions, SalvageProgress, SalvageProgressFn, SalvageReport, UnreachableRange,
 };
 pub use store::{CLEAN_FILE, DATA_FILE, JOURNAL_DIR, LOCK_FILE};
 pub use txn::{TableMut, WriteTxn};
+pub use typed::{
+    DecodeError, KeyCodec, TableDefinition, TypedIter, TypedTable, TypedTableMut, ValueCodec,
+};
 
 use crate::btree::{CacheStats, PageSize};
 use crate::io::{RealVfs, Vfs};
@@ -508,6 +518,7 @@ impl Database {
                 })
                 .expect("spawn the checkpoint thread")
         });
+        holder::opened(&shared);
         Database {
             shared,
             checkpointer,
@@ -676,6 +687,7 @@ impl Drop for Database {
     /// next open. Use [`Database::close`] to see errors.
     fn drop(&mut self) {
         self.stop_checkpointer();
+        holder::closed(&self.shared);
     }
 }
 
@@ -715,5 +727,7 @@ mod edge_tests;
 mod publish_tests;
 #[cfg(test)]
 mod run_tests;
+#[cfg(test)]
+mod scan_tests;
 #[cfg(test)]
 mod tests;

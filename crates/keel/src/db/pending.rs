@@ -182,7 +182,7 @@ impl Run {
         &'a self,
         start: Bound<&[u8]>,
         end: Bound<&[u8]>,
-    ) -> impl Iterator<Item = (&'a [u8], Option<&'a [u8]>)> + 'a {
+    ) -> impl DoubleEndedIterator<Item = (&'a [u8], Option<&'a [u8]>)> + 'a {
         let sorted = self.sorted();
         let keys = self.blind.bytes();
         let from = match start {

@@ -273,13 +273,13 @@ fn read(s: &Harness<'_>, writers: u8, seed: u64) -> Seen {
             0 => {
                 for kv in t.iter() {
                     let kv = kv.expect("a scan");
-                    saw(kv.key(), kv.value());
+                    saw(kv.0.as_bytes(), kv.1.as_bytes());
                 }
             }
             1 => {
                 for kv in t.prefix(format!("{w:02}/")) {
                     let kv = kv.expect("a scan");
-                    saw(kv.key(), kv.value());
+                    saw(kv.0.as_bytes(), kv.1.as_bytes());
                 }
             }
             _ => {
@@ -323,7 +323,7 @@ fn run(case: Case) -> Report {
     };
     let options = || builder(&vfs).journal(journal.clone());
     let db = options().create(dir).unwrap();
-    let mut w = db.begin_write().unwrap();
+    let w = db.begin_write().unwrap();
     // A commit of its own, made by "writer" 255.
     w.open_table("t")
         .unwrap()

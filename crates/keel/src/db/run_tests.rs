@@ -20,7 +20,7 @@ fn a_blind_transaction_after_a_drop_writes_the_table_made_again() {
     let vfs = SimVfs::new(31);
     let db = builder(&vfs).create(Path::new("/store")).unwrap();
     let put = |key: &str, value: &str| {
-        let mut w = db.begin_write().unwrap();
+        let w = db.begin_write().unwrap();
         w.open_table("t").unwrap().insert(key, value).unwrap();
         w.commit().unwrap();
     };
@@ -49,7 +49,7 @@ fn a_blind_transaction_after_a_drop_writes_the_table_made_again() {
 fn readers_see_commits_published_before_their_insert() {
     let vfs = SimVfs::new(29);
     let db = builder(&vfs).create(Path::new("/store")).unwrap();
-    let mut w = db.begin_write().unwrap();
+    let w = db.begin_write().unwrap();
     let mut t = w.open_table("t").unwrap();
     for k in (0..60u32).step_by(3) {
         t.insert(format!("k{k:03}"), "mem").unwrap();
@@ -57,7 +57,7 @@ fn readers_see_commits_published_before_their_insert() {
     w.commit().unwrap();
     db.shared.faults.hold_runs.store(true, Relaxed);
     for c in 0..3u32 {
-        let mut w = db.begin_write().unwrap();
+        let w = db.begin_write().unwrap();
         let mut t = w.open_table("t").unwrap();
         for k in (c..60).step_by(2) {
             t.insert(format!("k{k:03}"), format!("run{c}")).unwrap();
@@ -94,12 +94,12 @@ fn a_reader_keeps_its_runs_while_later_ones_come_and_go() {
     let vfs = SimVfs::new(41);
     let db = builder(&vfs).create(Path::new("/store")).unwrap();
     // The table first: a transaction that creates one is not a run.
-    let mut w = db.begin_write().unwrap();
+    let w = db.begin_write().unwrap();
     w.open_table("t").unwrap();
     w.commit().unwrap();
     db.shared.faults.hold_runs.store(true, Relaxed);
     let commit_run = |c: u32| {
-        let mut w = db.begin_write().unwrap();
+        let w = db.begin_write().unwrap();
         let mut t = w.open_table("t").unwrap();
         for k in 0..20u32 {
             t.insert(format!("k{k:02}"), format!("v{c}")).unwrap();
@@ -113,7 +113,7 @@ fn a_reader_keeps_its_runs_while_later_ones_come_and_go() {
         t.iter()
             .map(|kv| {
                 let kv = kv.unwrap();
-                (s(kv.key()), s(kv.value()))
+                (s(kv.0.as_bytes()), s(kv.1.as_bytes()))
             })
             .collect()
     };
@@ -147,7 +147,7 @@ fn a_reader_keeps_its_runs_while_later_ones_come_and_go() {
 /// `key`'s value in table `t` as a write transaction reads it: taking
 /// the writer slot to read inserts every waiting run first.
 fn writer_get(db: &Database, key: &str) -> Option<Vec<u8>> {
-    let mut w = db.begin_write().unwrap();
+    let w = db.begin_write().unwrap();
     let v = w.open_table("t").unwrap().get(key).unwrap();
     v.map(|v| v.to_vec())
 }
@@ -192,7 +192,7 @@ fn assert_reads(db: &Database, model: &BTreeMap<String, String>) {
 fn a_committer_past_the_bound_inserts_only_down_to_it() {
     let vfs = SimVfs::new(37);
     let db = builder(&vfs).create(Path::new("/store")).unwrap();
-    let mut w = db.begin_write().unwrap();
+    let w = db.begin_write().unwrap();
     w.open_table("t").unwrap().insert("seed", "0").unwrap();
     w.commit().unwrap();
     db.shared.faults.hold_runs.store(true, Relaxed);
@@ -201,7 +201,7 @@ fn a_committer_past_the_bound_inserts_only_down_to_it() {
     let mut model = BTreeMap::new();
     model.insert("seed".to_string(), "0".to_string());
     for c in 0..commits {
-        let mut w = db.begin_write().unwrap();
+        let w = db.begin_write().unwrap();
         let mut t = w.open_table("t").unwrap();
         for k in 0..20 {
             let (key, value) = (format!("c{c:03}k{k:02}"), format!("v{c}"));
@@ -231,13 +231,13 @@ fn table_t(db: &Database) -> BTreeMap<String, String> {
     let mut last = None;
     for kv in t.iter() {
         let kv = kv.unwrap();
-        let key = s(kv.key());
+        let key = s(kv.0.as_bytes());
         assert!(
             last.as_ref() < Some(&key),
             "a scan in key order, each key once"
         );
         last = Some(key.clone());
-        all.insert(key, s(kv.value()));
+        all.insert(key, s(kv.1.as_bytes()));
     }
     all
 }

@@ -515,13 +515,10 @@ fn initialized(vfs: &dyn Vfs, dir: &Path) -> Result<bool> {
     Ok(!(Meta::decode(&a) == Err(MetaError::Blank) && Meta::decode(&b) == Err(MetaError::Blank)))
 }
 
-/// Take the store's lock (`Locked`, naming the store, when another holder
-/// has it).
+/// Take the store's lock, with this process's id written in it (`Locked`,
+/// naming the store and its holder, when refused): `holder::lock_store`.
 fn lock_store(vfs: &dyn Vfs, dir: &Path) -> Result<Box<dyn LockGuard>> {
-    vfs.lock(&dir.join(LOCK_FILE)).map_err(|e| match e {
-        io::IoError::Locked { .. } => DbError::Locked(dir.to_path_buf()),
-        e => e.into(),
-    })
+    super::holder::lock_store(vfs, dir)
 }
 
 /// A data file with no meta page: a creation cut short if the journal

@@ -33,7 +33,7 @@ fn commit_reopen_checkpoint_and_reopen() {
     let vfs = SimVfs::new(1);
     let dir = Path::new("/s");
     let db = builder(&vfs).create(dir).unwrap();
-    let mut w = db.begin_write().unwrap();
+    let w = db.begin_write().unwrap();
     {
         let mut t = w.open_table("a").unwrap();
         t.insert(b"k1", b"v1").unwrap();
@@ -64,11 +64,11 @@ fn a_key_put_twice_in_a_blind_transaction_keeps_its_last_value() {
     let vfs = SimVfs::new(11);
     let dir = Path::new("/s");
     let db = builder(&vfs).create(dir).unwrap();
-    let mut w = db.begin_write().unwrap();
+    let w = db.begin_write().unwrap();
     w.open_table("old").unwrap();
     w.commit().unwrap();
     for table in ["old", "new"] {
-        let mut w = db.begin_write().unwrap();
+        let w = db.begin_write().unwrap();
         let mut t = w.open_table(table).unwrap();
         for i in 0..40u8 {
             t.insert([i % 7], [i]).unwrap();
@@ -98,7 +98,7 @@ fn a_reader_never_sees_a_commit_that_is_not_durable() {
     let vfs = SimVfs::new(2);
     let dir = Path::new("/s");
     let db = builder(&vfs).create(dir).unwrap();
-    let mut w = db.begin_write().unwrap();
+    let w = db.begin_write().unwrap();
     w.open_table("t").unwrap().insert(b"a", b"1").unwrap();
     w.commit().unwrap();
     // The next journal write fails.
@@ -127,7 +127,7 @@ fn oversized_keys_values_and_transactions_are_refused_before_submit() {
     let vfs = SimVfs::new(3);
     let db = builder(&vfs).create("/s").unwrap();
     let limits = db.limits();
-    let mut w = db.begin_write().unwrap();
+    let w = db.begin_write().unwrap();
     let mut t = w.open_table("t").unwrap();
     let long = vec![1u8; limits.max_key_bytes + 1];
     assert!(matches!(
@@ -152,7 +152,7 @@ fn oversized_keys_values_and_transactions_are_refused_before_submit() {
     ));
     w.commit().unwrap();
     // The longest value does fit, alone in its transaction.
-    let mut w = db.begin_write().unwrap();
+    let w = db.begin_write().unwrap();
     w.open_table("t")
         .unwrap()
         .insert(b"", vec![7u8; max_value])
@@ -160,7 +160,7 @@ fn oversized_keys_values_and_transactions_are_refused_before_submit() {
     assert_eq!(w.record_bytes().unwrap(), limits.max_transaction_bytes);
     w.commit().unwrap();
     assert_eq!(get(&db, "t", b"").map(|v| v.len()), Some(max_value));
-    let mut w = db.begin_write().unwrap();
+    let w = db.begin_write().unwrap();
     w.open_table("t").unwrap().remove(b"").unwrap();
     w.commit().unwrap();
     let r = db.begin_read();
@@ -176,7 +176,10 @@ fn oversized_keys_values_and_transactions_are_refused_before_submit() {
 fn a_second_open_of_a_store_in_use_is_refused_and_a_missing_store_is_not_a_store() {
     let vfs = SimVfs::new(4);
     let db = builder(&vfs).create("/s").unwrap();
-    assert!(matches!(builder(&vfs).open("/s"), Err(DbError::Locked(_))));
+    assert!(matches!(
+        builder(&vfs).open("/s"),
+        Err(DbError::Locked { .. })
+    ));
     assert!(matches!(
         builder(&vfs).open("/nothing"),
         Err(DbError::NotAStore { .. })
@@ -186,7 +189,7 @@ fn a_second_open_of_a_store_in_use_is_refused_and_a_missing_store_is_not_a_store
 }
 
 fn commit_one(db: &Database, k: &[u8], v: &[u8]) -> Result<()> {
-    let mut w = db.begin_write()?;
+    let w = db.begin_write()?;
     w.open_table("t")?.insert(k, v)?;
     w.commit()
 }
@@ -275,7 +278,7 @@ fn a_store_larger_than_the_cache_opens_lazily_and_stays_in_budget() {
     let vfs = SimVfs::new(7);
     let db = builder(&vfs).create("/s").unwrap();
     for b in 0..40u32 {
-        let mut w = db.begin_write().unwrap();
+        let w = db.begin_write().unwrap();
         let mut t = w.open_table("t").unwrap();
         for i in 0..100u32 {
             t.insert((b * 100 + i).to_be_bytes(), [b as u8; 600])
@@ -344,7 +347,7 @@ fn a_refused_table_creation_never_gives_an_id_twice() {
     let db = builder(&vfs).create("/s").unwrap();
     commit_one(&db, b"seed", b"x").unwrap();
     let max = db.limits().max_transaction_bytes;
-    let mut w = db.begin_write().unwrap();
+    let w = db.begin_write().unwrap();
     let before = w.record_bytes().unwrap();
     // Leave room for either of the two catalog updates (the name's entry:
     // 18 bytes; the id counter's: 15) but not for both.
@@ -358,7 +361,7 @@ fn a_refused_table_creation_never_gives_an_id_twice() {
         Err(DbError::TransactionTooLarge { .. })
     ));
     w.commit().unwrap();
-    let mut w = db.begin_write().unwrap();
+    let w = db.begin_write().unwrap();
     w.open_table("other")
         .unwrap()
         .insert(b"mine", b"1")
@@ -402,7 +405,7 @@ fn writers_running_during_checkpoints_keep_every_page_accounted_for() {
             if round >= 400 && taken.load(Relaxed) >= 5 {
                 break;
             }
-            let mut w = db.begin_write().unwrap();
+            let w = db.begin_write().unwrap();
             random_changes(&mut w.open_table("t").unwrap(), &mut rng, round, &mut model);
             w.commit().unwrap();
         }
@@ -423,7 +426,7 @@ fn writers_running_during_checkpoints_keep_every_page_accounted_for() {
         .iter()
         .map(|kv| {
             let kv = kv.unwrap();
-            (kv.key().to_vec(), kv.value().to_vec())
+            (kv.0.as_bytes().to_vec(), kv.1.as_bytes().to_vec())
         })
         .collect();
     let want: Vec<(Vec<u8>, Vec<u8>)> = model.into_iter().map(|(k, v)| (k.to_vec(), v)).collect();
@@ -492,7 +495,7 @@ fn writers_checkpoint_when_changed_pages_reach_their_budget() {
     let mut rng = 7u64;
     let mut peak = 0;
     for _ in 0..300 {
-        let mut w = db.begin_write().unwrap();
+        let w = db.begin_write().unwrap();
         peak = peak.max(db.stats().dirty_bytes);
         let mut t = w.open_table("t").unwrap();
         for _ in 0..20 {
@@ -538,7 +541,7 @@ fn a_fold_larger_than_fold_bytes_is_written_in_parts() {
     };
     for round in 0..3 {
         for c in 0..6u64 {
-            let mut w = db.begin_write().unwrap();
+            let w = db.begin_write().unwrap();
             let mut t = w.open_table("t").unwrap();
             for i in c * 1000..c * 1000 + 1000 {
                 let k = (next() % 20_000).to_be_bytes();
@@ -555,7 +558,7 @@ fn a_fold_larger_than_fold_bytes_is_written_in_parts() {
         }
         if round == 2 {
             // Empty whole leaves in the middle: merges behind the fold.
-            let mut w = db.begin_write().unwrap();
+            let w = db.begin_write().unwrap();
             let mut t = w.open_table("t").unwrap();
             for k in 5_000u64..9_000 {
                 t.remove(k.to_be_bytes()).unwrap();
@@ -575,7 +578,7 @@ fn a_fold_larger_than_fold_bytes_is_written_in_parts() {
         t.iter()
             .map(|kv| {
                 let kv = kv.unwrap();
-                (kv.key().to_vec(), kv.value().to_vec())
+                (kv.0.as_bytes().to_vec(), kv.1.as_bytes().to_vec())
             })
             .collect()
     };
@@ -597,7 +600,7 @@ fn a_long_reader_holds_back_only_its_own_pages() {
     let run = |hold: bool| -> u64 {
         let vfs = SimVfs::new(9);
         let db = builder(&vfs).create(Path::new("/s")).unwrap();
-        let mut w = db.begin_write().unwrap();
+        let w = db.begin_write().unwrap();
         let mut t = w.open_table("t").unwrap();
         for k in 0..500u32 {
             t.insert(k.to_be_bytes(), [0u8; 50]).unwrap();
@@ -606,7 +609,7 @@ fn a_long_reader_holds_back_only_its_own_pages() {
         db.checkpoint().unwrap();
         let reader = hold.then(|| db.begin_read());
         for round in 1..=60u32 {
-            let mut w = db.begin_write().unwrap();
+            let w = db.begin_write().unwrap();
             let mut t = w.open_table("t").unwrap();
             for k in 0..500u32 {
                 t.insert(k.to_be_bytes(), round.to_le_bytes().repeat(12))
@@ -646,7 +649,7 @@ fn old_readers_expire_past_their_memory_budget() {
         .create(Path::new("/s"))
         .unwrap();
     let round = |n: u32, v: u8| {
-        let mut w = db.begin_write().unwrap();
+        let w = db.begin_write().unwrap();
         let mut t = w.open_table("t").unwrap();
         for k in 0..n {
             t.insert(k.to_be_bytes(), [v; 100]).unwrap();
@@ -660,7 +663,7 @@ fn old_readers_expire_past_their_memory_budget() {
     let r0 = db.begin_read();
     let t0 = r0.open_table("t").unwrap();
     let mut scan = t0.iter();
-    assert_eq!(scan.next().unwrap().unwrap().value(), [1u8; 100]);
+    assert_eq!(scan.next().unwrap().unwrap().1.as_bytes(), [1u8; 100]);
     round(10, 2);
     db.checkpoint().unwrap();
     let one = db.stats().reader_pinned_bytes;
@@ -699,13 +702,13 @@ fn ranges_take_every_form_of_bounds() {
     use std::ops::Bound::{Excluded, Included, Unbounded};
     let vfs = SimVfs::new(10);
     let db = builder(&vfs).create(Path::new("/s")).unwrap();
-    let mut w = db.begin_write().unwrap();
+    let w = db.begin_write().unwrap();
     for k in ["a", "b", "bb", "c", "d"] {
         w.open_table("t").unwrap().insert(k, b"v").unwrap();
     }
     // The writer's own view, through its overlay.
     let keys = |it: Iter<'_>| -> Vec<String> {
-        it.map(|kv| String::from_utf8(kv.unwrap().key().to_vec()).unwrap())
+        it.map(|kv| String::from_utf8(kv.unwrap().0.as_bytes().to_vec()).unwrap())
             .collect()
     };
     {
@@ -803,14 +806,14 @@ fn blind_groups_round(seed: u64) {
 fn a_blind_transaction_queued_behind_a_reading_one_runs_after_it() {
     let vfs = SimVfs::new(9);
     let db = builder(&vfs).create("/s").unwrap();
-    let mut first = db.begin_write().unwrap();
+    let first = db.begin_write().unwrap();
     let mut t = first.open_table("t").unwrap();
     assert!(t.get(b"k").unwrap().is_none()); // takes the slot
     t.insert(b"k", b"first").unwrap();
     std::thread::scope(|s| {
         let queued = s.spawn(|| {
             // Does not wait here...
-            let mut w = db.begin_write().unwrap();
+            let w = db.begin_write().unwrap();
             w.open_table("t").unwrap().insert(b"k", b"second").unwrap();
             // ...but here, until `first` gives the slot back.
             w.commit().unwrap();
@@ -832,10 +835,10 @@ fn a_blind_transaction_queued_behind_a_reading_one_runs_after_it() {
 fn a_blind_transaction_recreates_a_table_dropped_before_it_ran() {
     let vfs = SimVfs::new(10);
     let db = builder(&vfs).create("/s").unwrap();
-    let mut w = db.begin_write().unwrap();
+    let w = db.begin_write().unwrap();
     w.open_table("t").unwrap().insert(b"old", b"1").unwrap();
     w.commit().unwrap();
-    let mut blind = db.begin_write().unwrap();
+    let blind = db.begin_write().unwrap();
     blind.open_table("t").unwrap().insert(b"new", b"2").unwrap();
     let mut dropper = db.begin_write().unwrap();
     assert!(dropper.delete_table("t").unwrap());
@@ -853,7 +856,7 @@ fn a_lone_large_commit_counts_its_write_and_apply_legs() {
     let db = builder(&vfs).create(path).unwrap();
     // A small transaction (under 16 changes) applies before it writes: no
     // overlap counted.
-    let mut w = db.begin_write().unwrap();
+    let w = db.begin_write().unwrap();
     w.open_table("t").unwrap().insert("k", "v").unwrap();
     w.commit().unwrap();
     assert_eq!(db.stats().overlapped_commits, 0);
@@ -916,7 +919,7 @@ fn commit_until_refused(db: &Database, t: u32, blind: bool, inject_apply: bool) 
     for c in 0u32.. {
         let key = format!("{t}/{c}");
         let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            let mut w = db.begin_write()?;
+            let w = db.begin_write()?;
             let mut tab = w.open_table("t")?;
             if !blind {
                 // A read takes the slot: not a blind commit.

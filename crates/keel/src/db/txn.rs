@@ -6,7 +6,7 @@
 //! Keys, tables and reads: `read.rs`.
 
 use std::borrow::Cow;
-use std::cell::{Cell, OnceCell};
+use std::cell::{Cell, OnceCell, RefCell};
 use std::collections::BTreeMap;
 use std::ops::Bound;
 use std::sync::Arc;
@@ -15,10 +15,11 @@ use std::time::Instant;
 
 use super::error::{DbError, Result};
 use super::holder::this_thread;
+use super::item::{Key, KeyValue, Value};
 use super::layers::{Base, Layer};
 use super::read::{
-    as_ref, check_name, collect_names, decode_id, full_key, max_key_bytes, prefix_bounds,
-    table_bounds, Iter, KeyRange, Overlay, Value, CATALOG, PREFIX,
+    as_ref, check_name, collect_names, count, decode_id, full_key, max_key_bytes, prefix_bounds,
+    table_bounds, Change, Changes, Iter, KeyRange, Overlay, CATALOG, PREFIX, TYPES,
 };
 use super::record::{self, Op, DELETE_FIXED_BYTES, DROP_BYTES, PUT_FIXED_BYTES, RECORD_TXN};
 use super::store::{lock, Shared, WriterState, KEEP_RECORD_BUF_BYTES};
@@ -48,19 +49,65 @@ pub struct WriteTxn {
     shared: Arc<Shared>,
     durability: Durability,
     /// The blind changes made before the transaction took the slot.
-    blind: Blind,
+    blind: RefCell<Blind>,
     /// The transaction once it holds the writer slot.
-    active: OnceCell<Active>,
+    active: OnceCell<Holding>,
+}
+
+/// A write transaction holding the writer slot: its changes, and the base
+/// they are over, which no one changes while the transaction holds the
+/// slot (its scans borrow it).
+///
+/// The changes are in a `RefCell` so that several tables of the
+/// transaction can be open at once, each handle borrowing the transaction
+/// (`&WriteTxn`): a `WriteTxn` is used by one thread at a time (it is
+/// `Send`, not `Sync`), and no borrow of the cell outlives the call that
+/// took it — a scan borrows it anew at each step, never while the caller's
+/// code runs — so no borrow can find it taken.
+pub(super) struct Holding {
+    pub(super) base: Arc<Base>,
+    pub(super) active: RefCell<Active>,
+}
+
+impl Holding {
+    /// A scan of the transaction's view from `s` to `e` (full keys).
+    pub(super) fn iter_bounds<'a>(
+        &'a self,
+        cache: &'a crate::btree::PageCache,
+        s: Bound<Vec<u8>>,
+        e: Bound<Vec<u8>>,
+    ) -> Iter<'a> {
+        // The writer's memtable holds every run: taking the slot drained
+        // them.
+        Iter::new(&self.base, cache, s, e, Lsn::MAX, Some(&self.active), &[])
+    }
+}
+
+impl Changes for RefCell<Active> {
+    fn first_change(
+        &self,
+        lo: Bound<&[u8]>,
+        hi: Bound<&[u8]>,
+        rev: bool,
+        limit: Option<&[u8]>,
+    ) -> Option<Change> {
+        self.borrow().overlay.first_change(lo, hi, rev, limit)
+    }
 }
 
 impl std::fmt::Debug for WriteTxn {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let mut d = f.debug_struct("WriteTxn");
-        match self.active.get() {
-            Some(a) => d
+        d.field("store", &self.shared.path);
+        match self.active.get().map(|h| h.active.try_borrow()) {
+            Some(Ok(a)) => d
                 .field("changes", &a.overlay.len())
                 .field("record_bytes", &a.size),
-            None => d.field("blind_puts", &self.blind.len()),
+            Some(Err(_)) => d.field("changes", &"(being changed)"),
+            None => match self.blind.try_borrow() {
+                Ok(b) => d.field("blind_puts", &b.len()),
+                Err(_) => d.field("blind_puts", &"(being changed)"),
+            },
         };
         d.finish()
     }
@@ -506,7 +553,7 @@ impl Active {
     }
 
     /// The value of a full key as this transaction sees it.
-    fn get_full(&self, key: &[u8]) -> Result<Option<Value>> {
+    pub(super) fn get_full(&self, key: &[u8]) -> Result<Option<Value>> {
         if let Some(v) = self.overlay.get(key) {
             return Ok(v.clone().map(Value::owned));
         }
@@ -519,7 +566,7 @@ impl Active {
 
     /// Record a change to a full key, refusing it if the record would
     /// outgrow one journal record.
-    fn set_full(&mut self, key: Vec<u8>, value: Option<Arc<[u8]>>) -> Result<()> {
+    pub(super) fn set_full(&mut self, key: Vec<u8>, value: Option<Arc<[u8]>>) -> Result<()> {
         let old = self.overlay.get(&key).map_or(0, |v| op_bytes(&key, v));
         let size = self.size - old + op_bytes(&key, &value);
         if size > self.max_record() {
@@ -534,7 +581,7 @@ impl Active {
     }
 
     /// Remove a full key; returns whether it was present.
-    fn remove_full(&mut self, key: Vec<u8>) -> Result<bool> {
+    pub(super) fn remove_full(&mut self, key: Vec<u8>) -> Result<bool> {
         let in_tree = self.committed(&key)?;
         match self.overlay.get(&key) {
             Some(None) => Ok(false),
@@ -549,7 +596,7 @@ impl Active {
         }
     }
 
-    fn table_id(&self, name: &str) -> Result<Option<u32>> {
+    pub(super) fn table_id(&self, name: &str) -> Result<Option<u32>> {
         check_name(name)?;
         match self.get_full(&full_key(CATALOG, name.as_bytes()))? {
             Some(v) => Ok(Some(decode_id(&self.shared.path, &v)?)),
@@ -558,7 +605,7 @@ impl Active {
     }
 
     /// The id of table `name`, created if it does not exist.
-    fn open_id(&mut self, name: &str) -> Result<u32> {
+    pub(super) fn open_id(&mut self, name: &str) -> Result<u32> {
         if let Some(id) = self.table_id(name)? {
             return Ok(id);
         }
@@ -597,15 +644,25 @@ impl Active {
         };
         let catalog_key = full_key(CATALOG, name.as_bytes());
         let in_tree = self.committed(&catalog_key)?;
-        // Refuse before changing anything: the catalog entry's deletion
-        // and the drop together must fit.
-        let need = self.size + DROP_BYTES + DELETE_FIXED_BYTES + catalog_key.len();
-        if in_tree && need > self.max_record() {
+        // Its key and value types, if a typed open recorded them.
+        let types_key = full_key(TYPES, name.as_bytes());
+        let types_in_tree = self.committed(&types_key)?;
+        // Refuse before changing anything: the catalog entry's deletion,
+        // the types' and the drop together must fit.
+        let mut need = self.size;
+        if in_tree {
+            need += DROP_BYTES + DELETE_FIXED_BYTES + catalog_key.len();
+        }
+        if types_in_tree {
+            need += DELETE_FIXED_BYTES + types_key.len();
+        }
+        if need > self.max_record() {
             return Err(DbError::TransactionTooLarge {
                 len: need,
                 max: self.max_record(),
             });
         }
+        self.remove_full(types_key)?;
         self.remove_full(catalog_key)?;
         let (s, e) = prefix_bounds(id, &[]);
         let gone: Vec<Vec<u8>> = self
@@ -633,14 +690,51 @@ impl Active {
         Iter::new(
             self.base(),
             &self.shared.cache,
-            &s,
-            &e,
+            s,
+            e,
             Lsn::MAX,
             Some(&self.overlay),
             // The writer's memtable holds every run: taking the slot
             // drained them.
             &[],
         )
+    }
+
+    /// Remove each of `keys` (full keys); how many were present. All or
+    /// nothing: on an error, the removals made before it are undone.
+    pub(super) fn remove_all(&mut self, keys: Vec<Vec<u8>>) -> Result<u64> {
+        let size = self.size;
+        // What the overlay held for a key before (`None`: nothing).
+        type Before = Option<Option<Arc<[u8]>>>;
+        let mut undo: Vec<(Vec<u8>, Before)> = Vec::new();
+        for key in keys {
+            let before = self.overlay.get(&key).cloned();
+            match self.remove_full(key.clone()) {
+                Ok(true) => undo.push((key, before)),
+                Ok(false) => {}
+                Err(e) => {
+                    for (key, before) in undo.into_iter().rev() {
+                        match before {
+                            Some(v) => self.overlay.insert(key, v),
+                            None => self.overlay.remove(&key),
+                        };
+                    }
+                    self.size = size;
+                    return Err(e);
+                }
+            }
+        }
+        Ok(undo.len() as u64)
+    }
+
+    /// The store's directory.
+    pub(super) fn path(&self) -> &std::path::Path {
+        &self.shared.path
+    }
+
+    /// The writer's base, shared.
+    fn base_arc(&self) -> Arc<Base> {
+        Arc::clone(&self.state.as_ref().expect("an open transaction").base)
     }
 
     /// The changes, in the order the record lists them.
@@ -723,7 +817,7 @@ impl WriteTxn {
     pub(crate) fn begin(shared: Arc<Shared>) -> Result<WriteTxn> {
         shared.check_poison()?;
         Ok(WriteTxn {
-            blind: shared.unapplied.spare_blind(),
+            blind: RefCell::new(shared.unapplied.spare_blind()),
             shared,
             durability: Durability::default(),
             active: OnceCell::new(),
@@ -746,96 +840,102 @@ impl WriteTxn {
     /// The transaction with the writer slot: taken now (waiting while
     /// another transaction holds it) if not yet, the blind changes
     /// replayed.
-    fn active(&self) -> Result<&Active> {
+    pub(super) fn holding(&self) -> Result<&Holding> {
         if self.active.get().is_none() {
             let state = self.shared.take_writer()?;
+            let blind = self.blind.borrow();
             let a = Active::replay(
                 Arc::clone(&self.shared),
                 state,
                 true,
-                &self.blind.tables,
-                self.blind.replay_puts(),
+                &blind.tables,
+                blind.replay_puts(),
             )?;
-            let _ = self.active.set(a);
+            drop(blind);
+            // Replayed: the blind changes are in the overlay now.
+            *self.blind.borrow_mut() = Blind::new();
+            let _ = self.active.set(Holding {
+                base: a.base_arc(),
+                active: RefCell::new(a),
+            });
         }
-        let a = self.active.get().expect("set above");
-        a.follow_thread();
-        Ok(a)
+        let h = self.active.get().expect("set above");
+        h.active.borrow().follow_thread();
+        Ok(h)
     }
 
-    fn active_mut(&mut self) -> Result<&mut Active> {
-        self.active()?;
-        // Replayed: the blind changes are in the overlay now.
-        self.blind = Blind::new();
-        Ok(self.active.get_mut().expect("set above"))
-    }
-
-    /// A handle on the table at `slot` of an active transaction.
-    fn push_table(&mut self, id: u32) -> Result<TableMut<'_>> {
-        let a = self.active_mut()?;
+    /// A handle on table `id` of an active transaction.
+    pub(super) fn push_table(&self, h: &Holding, id: u32) -> TableMut<'_> {
+        let mut a = h.active.borrow_mut();
         a.ids.push(id);
-        let slot = a.ids.len() - 1;
-        Ok(TableMut { txn: self, slot })
+        TableMut {
+            txn: self,
+            slot: a.ids.len() - 1,
+        }
     }
 
-    /// The table `name`, created if it does not exist. (The table is
-    /// created when the transaction takes the writer slot, at its first
-    /// read or at `commit`: an error creating it, such as every table id
-    /// having been used, comes from there.)
-    pub fn open_table(&mut self, name: &str) -> Result<TableMut<'_>> {
+    /// The table `name`, created if it does not exist. Several tables (or
+    /// the same one twice) may be open at once. (The table is created when
+    /// the transaction takes the writer slot, at its first read or at
+    /// `commit`: an error creating it, such as every table id having been
+    /// used, comes from there.)
+    pub fn open_table(&self, name: &str) -> Result<TableMut<'_>> {
         check_name(name)?;
         if self.active.get().is_none() {
-            if let Some(slot) = self.blind.tables.iter().position(|t| t == name) {
+            let mut blind = self.blind.borrow_mut();
+            if let Some(slot) = blind.tables.iter().position(|t| t == name) {
                 return Ok(TableMut { txn: self, slot });
             }
-            let bound = self.blind.bound + create_table_bytes(name);
+            let bound = blind.bound + create_table_bytes(name);
             if bound <= self.max_record() {
-                self.blind.push_table(name);
-                self.blind.bound = bound;
-                let slot = self.blind.tables.len() - 1;
+                blind.push_table(name);
+                blind.bound = bound;
+                let slot = blind.tables.len() - 1;
                 return Ok(TableMut { txn: self, slot });
             }
         }
-        let id = self.active_mut()?.open_id(name)?;
-        self.push_table(id)
+        let h = self.holding()?;
+        let id = h.active.borrow_mut().open_id(name)?;
+        Ok(self.push_table(h, id))
     }
 
     /// The table `name` if it exists (without creating it).
-    pub fn existing_table(&mut self, name: &str) -> Result<Option<TableMut<'_>>> {
-        match self.active_mut()?.table_id(name)? {
-            Some(id) => self.push_table(id).map(Some),
-            None => Ok(None),
-        }
+    pub fn existing_table(&self, name: &str) -> Result<Option<TableMut<'_>>> {
+        let h = self.holding()?;
+        let id = h.active.borrow().table_id(name)?;
+        Ok(id.map(|id| self.push_table(h, id)))
     }
 
     /// Drop the table `name` and all its entries; returns whether it
-    /// existed.
+    /// existed. (No handle on a table of the transaction may be alive.)
     pub fn delete_table(&mut self, name: &str) -> Result<bool> {
-        self.active_mut()?.delete_table(name)
+        self.holding()?.active.borrow_mut().delete_table(name)
     }
 
     /// The names of the tables, sorted (as this transaction sees them).
     pub fn list_tables(&self) -> Result<Vec<String>> {
-        self.active()?.list_tables()
+        self.holding()?.active.borrow().list_tables()
     }
 
     /// Bytes of the journal record this transaction would append.
     pub fn record_bytes(&self) -> Result<usize> {
-        Ok(self.active()?.size)
+        Ok(self.holding()?.active.borrow().size)
     }
 
-    fn insert(&mut self, slot: usize, key: &[u8], value: &[u8]) -> Result<()> {
+    fn insert(&self, slot: usize, key: &[u8], value: &[u8]) -> Result<()> {
         if self.active.get().is_none() {
-            let bound = self.blind.bound + PUT_FIXED_BYTES + PREFIX + key.len() + value.len();
+            let mut blind = self.blind.borrow_mut();
+            let bound = blind.bound + PUT_FIXED_BYTES + PREFIX + key.len() + value.len();
             if bound <= self.max_record() {
-                self.blind.push(slot, key, value);
-                self.blind.bound = bound;
+                blind.push(slot, key, value);
+                blind.bound = bound;
                 return Ok(());
             }
             // Perhaps too large: the exact count decides.
         }
-        let a = self.active_mut()?;
-        a.set_full(full_key(a.ids[slot], key), Some(Arc::from(value)))
+        let mut a = self.holding()?.active.borrow_mut();
+        let key = full_key(a.ids[slot], key);
+        a.set_full(key, Some(Arc::from(value)))
     }
 
     /// Make the changes durable (per the durability level) and visible.
@@ -847,27 +947,39 @@ impl WriteTxn {
     /// and reopening tells whether the commit is there.
     pub fn commit(mut self) -> Result<()> {
         let started = Instant::now();
-        if self.active.get().is_none() && !self.blind.is_empty() {
-            let blind = std::mem::take(&mut self.blind);
+        if self.active.get().is_none() && !self.blind.get_mut().is_empty() {
+            let blind = std::mem::take(self.blind.get_mut());
             return self.shared.commit_blind(blind, self.durability);
         }
-        self.active()?;
-        let active = self.active.take().expect("active");
-        active.commit(self.durability, started)
+        self.holding()?;
+        let holding = self.active.take().expect("active");
+        holding.active.into_inner().commit(self.durability, started)
     }
 
     /// Discard the changes (as dropping does).
     pub fn abort(self) {}
 }
 
-/// A table inside a write transaction.
+/// A table inside a write transaction. Several may be open at once: each
+/// borrows the transaction, not exclusively.
 pub struct TableMut<'t> {
-    txn: &'t mut WriteTxn,
+    txn: &'t WriteTxn,
     /// The table's index among those the transaction opened.
     slot: usize,
 }
 
-impl TableMut<'_> {
+impl std::fmt::Debug for TableMut<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let mut d = f.debug_struct("TableMut");
+        match self.txn.active.get().map(|h| h.active.try_borrow()) {
+            Some(Ok(a)) => d.field("id", &a.ids[self.slot]),
+            _ => d.field("slot", &self.slot),
+        };
+        d.finish()
+    }
+}
+
+impl<'t> TableMut<'t> {
     fn check_key(&self, key: &[u8]) -> Result<()> {
         let max = max_key_bytes(&self.txn.shared);
         if key.len() > max {
@@ -879,11 +991,11 @@ impl TableMut<'_> {
         Ok(())
     }
 
-    /// The full key of `key`, with the writer slot taken.
-    fn full(&self, key: &[u8]) -> Result<(&Active, Vec<u8>)> {
-        self.check_key(key)?;
-        let a = self.txn.active()?;
-        Ok((a, full_key(a.ids[self.slot], key)))
+    /// The transaction with the writer slot taken, and the table's id.
+    fn id(&self) -> Result<(&'t Holding, u32)> {
+        let h = self.txn.holding()?;
+        let id = h.active.borrow().ids[self.slot];
+        Ok((h, id))
     }
 
     /// Insert `key` with `value`, replacing any value it had.
@@ -902,42 +1014,120 @@ impl TableMut<'_> {
 
     /// The value of `key`, with this transaction's changes.
     pub fn get(&self, key: impl AsRef<[u8]>) -> Result<Option<Value>> {
-        let (a, key) = self.full(key.as_ref())?;
-        a.get_full(&key)
+        self.check_key(key.as_ref())?;
+        let (h, id) = self.id()?;
+        let value = h.active.borrow().get_full(&full_key(id, key.as_ref()));
+        value
+    }
+
+    /// Whether `key` is present, with this transaction's changes.
+    pub fn contains_key(&self, key: impl AsRef<[u8]>) -> Result<bool> {
+        Ok(self.get(key)?.is_some())
     }
 
     /// Remove `key`; returns whether it was present.
     pub fn remove(&mut self, key: impl AsRef<[u8]>) -> Result<bool> {
         self.check_key(key.as_ref())?;
-        let a = self.txn.active_mut()?;
-        let key = full_key(a.ids[self.slot], key.as_ref());
-        a.remove_full(key)
+        let (h, id) = self.id()?;
+        let removed = h
+            .active
+            .borrow_mut()
+            .remove_full(full_key(id, key.as_ref()));
+        removed
     }
 
-    /// The entries with keys in `range` (see [`KeyRange`]), in key order.
-    pub fn range(&self, range: impl KeyRange) -> Iter<'_> {
-        match self.txn.active() {
-            Ok(a) => {
-                let (s, e) = table_bounds(a.ids[self.slot], &range);
-                a.iter_bounds(s, e)
+    /// Scan from `s` to `e` (full keys of a table: `bounds` gives them).
+    fn scan(&self, bounds: impl FnOnce(u32) -> (Bound<Vec<u8>>, Bound<Vec<u8>>)) -> Iter<'t> {
+        match self.id() {
+            Ok((h, id)) => {
+                let (s, e) = bounds(id);
+                h.iter_bounds(&self.txn.shared.cache, s, e)
             }
-            Err(e) => Iter::failed(&self.txn.shared.cache, e),
+            Err(e) => Iter::failed(e),
         }
     }
 
-    /// Every entry, in key order.
-    pub fn iter(&self) -> Iter<'_> {
+    /// The entries with keys in `range` (see [`KeyRange`]), in key order,
+    /// with this transaction's changes; `.rev()` for descending order. The
+    /// scan borrows the transaction, not this handle: the table may be
+    /// changed while it runs (it sees a change to a key it has not reached
+    /// yet).
+    pub fn range(&self, range: impl KeyRange) -> Iter<'t> {
+        self.scan(|id| table_bounds(id, &range))
+    }
+
+    /// Every entry, in key order (see [`TableMut::range`]).
+    pub fn iter(&self) -> Iter<'t> {
         self.range(..)
     }
 
     /// The entries whose keys start with `prefix`, in key order.
-    pub fn prefix(&self, prefix: impl AsRef<[u8]>) -> Iter<'_> {
-        match self.txn.active() {
-            Ok(a) => {
-                let (s, e) = prefix_bounds(a.ids[self.slot], prefix.as_ref());
-                a.iter_bounds(s, e)
+    pub fn prefix(&self, prefix: impl AsRef<[u8]>) -> Iter<'t> {
+        self.scan(|id| prefix_bounds(id, prefix.as_ref()))
+    }
+
+    /// The entry with the smallest key, if any.
+    pub fn first(&self) -> Result<Option<KeyValue>> {
+        self.iter().next().transpose()
+    }
+
+    /// The entry with the largest key, if any.
+    pub fn last(&self) -> Result<Option<KeyValue>> {
+        self.iter().next_back().transpose()
+    }
+
+    /// How many entries the table holds, with this transaction's changes.
+    /// O(n): it counts them (a scan of the whole table).
+    pub fn len(&self) -> Result<u64> {
+        count(self.iter())
+    }
+
+    /// Whether the table holds no entry (reads at most one).
+    pub fn is_empty(&self) -> Result<bool> {
+        Ok(self.first()?.is_none())
+    }
+
+    /// Remove every entry with a key in `range`; returns how many there
+    /// were. All or nothing: on an error (the transaction's record would
+    /// outgrow one journal record: `TransactionTooLarge`), none is
+    /// removed. Each removal is a delete in the commit's record (7 bytes
+    /// and the key), and the scan reads the values too: a range of many
+    /// keys or large values costs what removing them one by one would.
+    pub fn delete_range(&mut self, range: impl KeyRange) -> Result<u64> {
+        self.remove_where(self.range(range), |_, _| Ok(true))
+    }
+
+    /// Keep only the entries for which `keep(key, value)` is true; returns
+    /// how many were removed. All or nothing, as [`TableMut::delete_range`].
+    pub fn retain(&mut self, keep: impl FnMut(&[u8], &[u8]) -> bool) -> Result<u64> {
+        self.retain_in(.., keep)
+    }
+
+    /// [`TableMut::retain`] over the keys in `range` only.
+    pub fn retain_in(
+        &mut self,
+        range: impl KeyRange,
+        mut keep: impl FnMut(&[u8], &[u8]) -> bool,
+    ) -> Result<u64> {
+        self.remove_where(self.range(range), |k, v| Ok(!keep(k, v)))
+    }
+
+    /// Remove the entries of `scan` that `doomed` picks, all or nothing;
+    /// how many. `doomed` sees every entry before any is removed.
+    pub(super) fn remove_where(
+        &mut self,
+        scan: Iter<'t>,
+        mut doomed: impl FnMut(&Key, &Value) -> Result<bool>,
+    ) -> Result<u64> {
+        let mut keys = Vec::new();
+        for kv in scan {
+            let (k, v) = kv?;
+            if doomed(&k, &v)? {
+                keys.push(k.full().to_vec());
             }
-            Err(e) => Iter::failed(&self.txn.shared.cache, e),
         }
+        let (h, _) = self.id()?;
+        let removed = h.active.borrow_mut().remove_all(keys);
+        removed
     }
 }

@@ -43,6 +43,17 @@ fn mem_range(
         .collect()
 }
 
+fn mem_range_rev(
+    mem: &MemTable,
+    s: Bound<&[u8]>,
+    e: Bound<&[u8]>,
+    at: Lsn,
+) -> Vec<(Vec<u8>, Option<Vec<u8>>)> {
+    mem.range_rev(s, e, at)
+        .map(|(k, v)| (k.to_vec(), v.map(|v| v.to_vec())))
+        .collect()
+}
+
 /// Keys that share long heads, differ only past the head, and are
 /// prefixes of each other, so that every comparison path is taken.
 fn key_strategy() -> impl Strategy<Value = Vec<u8>> {
@@ -106,13 +117,15 @@ proptest! {
                     // No key between them (and `BTreeMap::range`, the
                     // model, panics on most such bounds).
                     prop_assert!(mem_range(&mem, as_ref(&s), as_ref(&e), at).is_empty());
+                    prop_assert!(mem_range_rev(&mem, as_ref(&s), as_ref(&e), at).is_empty());
                     continue;
                 }
             }
-            prop_assert_eq!(
-                mem_range(&mem, as_ref(&s), as_ref(&e), at),
-                model_range(&model, as_ref(&s), as_ref(&e), at)
-            );
+            let want = model_range(&model, as_ref(&s), as_ref(&e), at);
+            prop_assert_eq!(mem_range(&mem, as_ref(&s), as_ref(&e), at), want.clone());
+            let mut back = mem_range_rev(&mem, as_ref(&s), as_ref(&e), at);
+            back.reverse();
+            prop_assert_eq!(back, want);
         }
     }
 }
@@ -396,4 +409,40 @@ fn measure_inserts_at_a_million_keys() {
          per key; {} MiB counted; {found} found",
         mem.bytes() >> 20
     );
+}
+
+/// Backward scans while the writer inserts (splitting leaves and inner
+/// nodes under them): at a published LSN, every key inserted at or below
+/// it, in descending order.
+#[test]
+fn backward_scans_see_every_published_key_while_the_writer_inserts() {
+    let mem = MemTable::new();
+    let published = AtomicU64::new(0);
+    let stop = AtomicBool::new(false);
+    let key = |i: u64| (i.wrapping_mul(0x9E37_79B9_7F4A_7C15)).to_be_bytes();
+    let total = 30_000u64;
+    std::thread::scope(|s| {
+        let reader = s.spawn(|| {
+            let mut scans = 0u64;
+            while !stop.load(Ordering::Acquire) {
+                let at = published.load(Ordering::Acquire);
+                let mut n = 0;
+                let mut last: Option<Vec<u8>> = None;
+                for (k, _) in mem.range_rev(Bound::Unbounded, Bound::Unbounded, at) {
+                    assert!(last.as_deref().is_none_or(|l| k < l), "out of order");
+                    last = Some(k.to_vec());
+                    n += 1;
+                }
+                assert_eq!(n, at, "a backward scan at {at} found {n} keys");
+                scans += 1;
+            }
+            scans
+        });
+        for i in 0..total {
+            mem.writer().insert(&key(i), i + 1, Some(&b"v"[..]));
+            published.store(i + 1, Ordering::Release);
+        }
+        stop.store(true, Ordering::Release);
+        assert!(reader.join().unwrap() > 0);
+    });
 }

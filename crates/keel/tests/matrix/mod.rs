@@ -326,7 +326,7 @@ fn value(key: &[u8]) -> Vec<u8> {
 
 fn commit(db: &Database, key: &[u8]) -> Commit {
     let v = value(key);
-    let mut w = db.begin_write().unwrap();
+    let w = db.begin_write().unwrap();
     w.open_table(TABLE).unwrap().insert(key, &v).unwrap();
     w.commit().unwrap();
     (key.to_vec(), v)

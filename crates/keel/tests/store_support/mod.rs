@@ -71,7 +71,7 @@ pub fn dump(r: &ReadTxn) -> Result<Tables, DbError> {
         let mut m = BTreeMap::new();
         for kv in t.iter() {
             let kv = kv?;
-            m.insert(kv.key().to_vec(), kv.value().to_vec());
+            m.insert(kv.0.as_bytes().to_vec(), kv.1.as_bytes().to_vec());
         }
         out.insert(name, m);
     }
@@ -225,7 +225,7 @@ fn scan_disagrees(
     key_space: u32,
 ) -> Result<Option<String>, DbError> {
     let a = key(rng.random_range(0..key_space));
-    let keys = |kv: Result<keel::db::KeyValue, DbError>| kv.map(|kv| kv.key().to_vec());
+    let keys = |kv: Result<keel::db::KeyValue, DbError>| kv.map(|kv| kv.0.as_bytes().to_vec());
     let (got, want): (Vec<Vec<u8>>, Vec<Vec<u8>>) = if rng.random() {
         let p = &a[..a.len().saturating_sub(4)];
         (
@@ -265,7 +265,7 @@ fn scan_disagrees(
 /// Put 16 to 59 random keys into one table, reading nothing, then finish
 /// the transaction as [`random_txn`] does.
 fn blind_bulk_txn(
-    mut w: WriteTxn,
+    w: WriteTxn,
     mut m: Tables,
     rng: &mut SmallRng,
     key_space: u32,

@@ -80,7 +80,7 @@ struct StoreCommitter {
 impl Committer for StoreCommitter {
     fn commit(&self, thread: usize, record: &[u8], value_bytes: usize) -> anyhow::Result<()> {
         let t0 = Instant::now();
-        let mut txn = self.db.begin_write()?;
+        let txn = self.db.begin_write()?;
         let t1 = Instant::now();
         {
             let mut table = txn.open_table(TABLE)?;
@@ -121,11 +121,11 @@ fn create(spec: &Spec, dir: &Path) -> anyhow::Result<(Database, BenchTree)> {
         .background_cpus(spec.background_cpus.clone())
         .create(&sdir)
         .with_context(|| format!("creating a store in {}", sdir.display()))?;
-    let mut txn = db.begin_write()?;
+    let txn = db.begin_write()?;
     txn.open_table(TABLE)?;
     txn.commit()?;
     // The record size this module states, against the store's own count.
-    let mut txn = db.begin_write()?;
+    let txn = db.begin_write()?;
     txn.open_table(TABLE)?
         .insert([0u8; 16], vec![0u8; spec.size])?;
     let actual = txn.record_bytes()?;
@@ -319,7 +319,7 @@ fn run_reads(spec: &Spec, dir: &Path, pool: &ValuePool) -> anyhow::Result<Outcom
     let mut rng = rand::rng();
     let keys: Vec<[u8; 16]> = (0..spec.count).map(|_| rng.random()).collect();
     for (i, chunk) in keys.chunks(spec.batch).enumerate() {
-        let mut txn = db.begin_write()?;
+        let txn = db.begin_write()?;
         let mut table = txn.open_table(TABLE)?;
         for (j, k) in chunk.iter().enumerate() {
             table.insert(k, pool.value((i * spec.batch + j) as u64, spec.size))?;

@@ -8,7 +8,7 @@
 use std::collections::{BTreeMap, HashMap, HashSet};
 
 use super::super::error::Result;
-use super::super::read::{check_name, CATALOG, PREFIX};
+use super::super::read::{check_name, CATALOG, PREFIX, TYPES};
 use super::super::record::PUT_FIXED_BYTES;
 use super::super::{Database, WriteTxn};
 use super::report::{table_id, RenamedTable};
@@ -92,6 +92,12 @@ impl<'d> Loader<'d> {
             // In key order the catalog comes before every table.
             debug_assert!(!self.catalog_done, "a catalog key after a table's");
             self.catalog.push((full[PREFIX..].to_vec(), value.to_vec()));
+            return Ok(());
+        }
+        if id == TYPES {
+            // Typed tables' types, by the old ids: not carried over (the
+            // new store's tables are untyped until a typed open in a
+            // write transaction records them again).
             return Ok(());
         }
         if !self.catalog_done {

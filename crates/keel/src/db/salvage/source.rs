@@ -41,7 +41,7 @@ pub(super) fn open(vfs: &dyn Vfs, from: &Path) -> Result<Source> {
     let lock = if vfs.exists(&lock_path)? {
         match vfs.lock(&lock_path) {
             Ok(guard) => Some(guard),
-            Err(IoError::Locked { .. }) => return Err(DbError::Locked(from.to_path_buf())),
+            Err(IoError::Locked { .. }) => return Err(super::super::holder::refused(vfs, from)),
             // A lock file that cannot be opened for writing (a read-only
             // copy of the store): no process can hold it for writing
             // either, so read without it.
