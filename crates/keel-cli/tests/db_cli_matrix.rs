@@ -246,7 +246,7 @@ fn odd_store(name: &str) -> PathBuf {
     );
     assert_eq!(created.code, 0, "{}", created.stderr);
     let db = Database::open(&store).unwrap();
-    let mut w = db.begin_write().unwrap();
+    let w = db.begin_write().unwrap();
     {
         let mut t = w.open_table("default").unwrap();
         for (k, v) in entries() {
