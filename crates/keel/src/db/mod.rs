@@ -28,6 +28,7 @@
 
 #![deny(unsafe_code)]
 
+mod backup;
 mod checkpoint;
 mod combine;
 mod error;
@@ -56,6 +57,9 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
+pub use backup::{
+    BackupProgress, BackupReport, BulkStats, BulkWriter, BULK_TXN_BYTES, BULK_TXN_ENTRIES,
+};
 pub use error::{DbError, Result};
 pub use placement::BackgroundCpus;
 pub use read::{Iter, KeyRange, KeyValue, ReadTxn, Table, Value, MAX_TABLE_NAME_BYTES};
