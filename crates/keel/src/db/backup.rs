@@ -41,6 +41,18 @@ pub const BULK_TXN_BYTES: usize = 64 << 20;
 /// the bound `WriteTxn` itself counts.
 const TABLE_RECORD_BYTES: usize = 2 * (PUT_FIXED_BYTES + PREFIX + 4);
 
+/// A [`BulkWriter`]'s first transaction holds about this many pages of
+/// record, and is checkpointed at once. Why: a checkpoint folds its
+/// changes into a tree whose root is a leaf (or nothing) one by one, and
+/// every leaf that fills splits in two even halves, so keys arriving in
+/// order leave every leaf half full; into a tree whose root is a branch,
+/// it merges each run of ascending keys into its leaf and cuts that into
+/// full pages. Four pages of entries make the root a branch. Measured
+/// (`keel db compact` of 5,000 entries of 114 bytes, 4 KiB pages): a data
+/// file of 275 pages without this (268 leaves, half full), 163 with it
+/// (155 leaves, 32 entries each).
+const FIRST_TXN_PAGES: usize = 4;
+
 /// [`Database::backup_with_progress`] reports after every this many
 /// entries copied.
 const PROGRESS_EVERY_ENTRIES: u64 = 10_000;
@@ -51,8 +63,10 @@ const PROGRESS_EVERY_ENTRIES: u64 = 10_000;
 /// writing thread whenever the store's own checkpoint triggers
 /// ([`super::Options::checkpoint_journal_bytes`],
 /// [`super::Options::checkpoint_dirty_bytes`]) are passed, so memory stays
-/// bounded without a background checkpointer. Made by
-/// [`Database::bulk_writer`].
+/// bounded without a background checkpointer. The first transaction is
+/// kept to a few pages and checkpointed at once, so that entries written
+/// in key order fill their pages (see `FIRST_TXN_PAGES` in the source).
+/// Made by [`Database::bulk_writer`].
 ///
 /// Not atomic: the transactions committed stay committed if a later one
 /// fails, and the entries not yet committed are dropped with the writer
@@ -68,6 +82,9 @@ pub struct BulkWriter<'d> {
     txn_bytes: usize,
     max_entries: usize,
     max_bytes: usize,
+    /// Whether the first transaction, kept small, is committed and
+    /// checkpointed (see [`FIRST_TXN_PAGES`]).
+    primed: bool,
     stats: BulkStats,
     /// A commit failed: its entries are lost, and every later call fails
     /// with this error.
@@ -104,6 +121,7 @@ impl<'d> BulkWriter<'d> {
             txn_bytes: 0,
             max_entries: BULK_TXN_ENTRIES,
             max_bytes: BULK_TXN_BYTES.min(db.limits().max_transaction_bytes),
+            primed: false,
             stats: BulkStats::default(),
             failed: None,
         }
@@ -183,6 +201,12 @@ impl<'d> BulkWriter<'d> {
             }
             self.stats.transactions += 1;
             self.stats.entries += entries as u64;
+            if !self.primed {
+                self.primed = true;
+                self.db.checkpoint()?;
+                self.stats.checkpoints += 1;
+                return Ok(());
+            }
         }
         let s = &self.db.shared;
         let o = &s.options;
@@ -218,7 +242,13 @@ impl<'d> BulkWriter<'d> {
     /// Commit the open transaction first if `bytes` more would take it
     /// past its bounds.
     fn make_room(&mut self, bytes: usize) -> Result<()> {
-        let full = self.txn_entries >= self.max_entries || self.txn_bytes + bytes > self.max_bytes;
+        let max_bytes = match self.primed {
+            true => self.max_bytes,
+            false => self
+                .max_bytes
+                .min(FIRST_TXN_PAGES * self.db.shared.page_size.bytes()),
+        };
+        let full = self.txn_entries >= self.max_entries || self.txn_bytes + bytes > max_bytes;
         if self.txn.is_some() && full {
             self.commit()?;
         }
