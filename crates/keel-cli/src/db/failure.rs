@@ -119,7 +119,8 @@ pub fn kind_of(e: &DbError) -> Kind {
         | DbError::ValueTooLong { .. }
         | DbError::TransactionTooLarge { .. }
         | DbError::BadTableName { .. }
-        | DbError::SalvageTarget { .. } => Kind::BadInput,
+        | DbError::SalvageTarget { .. }
+        | DbError::BackupTarget { .. } => Kind::BadInput,
         DbError::NoSuchTable(_) => Kind::Absent,
         _ => Kind::Failed,
     }
@@ -127,9 +128,22 @@ pub fn kind_of(e: &DbError) -> Kind {
 
 /// Refuse a path that is missing or is not a directory, with words that
 /// say which (the store's own error would only say it holds no store).
+///
+/// A missing path may be a store whose compaction was interrupted between
+/// its two renames (where the file system refuses an atomic exchange): the
+/// compacted copy is renamed into place first (`swap::finish_interrupted`).
 pub fn check_store_dir(store: &Path) -> Result<(), Failure> {
+    let missing = |e: &std::io::Error| e.kind() == std::io::ErrorKind::NotFound;
+    if std::fs::metadata(store).is_err_and(|e| missing(&e)) {
+        if let Err(e) = super::swap::finish_interrupted(store) {
+            return Err(Failure::internal(format!(
+                "{}: finishing an interrupted compact: {e}",
+                store.display()
+            )));
+        }
+    }
     match std::fs::metadata(store) {
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Err(Failure::new(
+        Err(e) if missing(&e) => Err(Failure::new(
             Kind::NotAStore,
             format!(
                 "{}: no such directory (create a store with `keel db create`)",
