@@ -126,6 +126,23 @@ pub fn kind_of(e: &DbError) -> Kind {
     }
 }
 
+/// When nothing is at `store`, put back the store a compaction cut
+/// between its two renames left beside it (`swap::finish_interrupted`):
+/// every command runs this before it opens or creates a store there.
+pub fn finish_interrupted_compact(store: &Path) -> Result<(), Failure> {
+    if std::fs::symlink_metadata(store).is_ok() {
+        return Ok(());
+    }
+    super::swap::finish_interrupted(store)
+        .map(drop)
+        .map_err(|e| {
+            Failure::internal(format!(
+                "{}: finishing an interrupted compact: {e}",
+                store.display()
+            ))
+        })
+}
+
 /// Refuse a path that is missing or is not a directory, with words that
 /// say which (the store's own error would only say it holds no store).
 ///
@@ -133,17 +150,9 @@ pub fn kind_of(e: &DbError) -> Kind {
 /// its two renames (where the file system refuses an atomic exchange): the
 /// compacted copy is renamed into place first (`swap::finish_interrupted`).
 pub fn check_store_dir(store: &Path) -> Result<(), Failure> {
-    let missing = |e: &std::io::Error| e.kind() == std::io::ErrorKind::NotFound;
-    if std::fs::metadata(store).is_err_and(|e| missing(&e)) {
-        if let Err(e) = super::swap::finish_interrupted(store) {
-            return Err(Failure::internal(format!(
-                "{}: finishing an interrupted compact: {e}",
-                store.display()
-            )));
-        }
-    }
+    finish_interrupted_compact(store)?;
     match std::fs::metadata(store) {
-        Err(e) if missing(&e) => Err(Failure::new(
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Err(Failure::new(
             Kind::NotAStore,
             format!(
                 "{}: no such directory (create a store with `keel db create`)",

@@ -17,7 +17,7 @@ use serde_json::{Map, Value};
 
 use super::args::LoadArgs;
 use super::bytes::Shown;
-use super::failure::{kind_of, Failure, Kind};
+use super::failure::{finish_interrupted_compact, kind_of, Failure, Kind};
 use super::print_json;
 use super::progress::Progress;
 
@@ -69,6 +69,7 @@ pub fn run(a: LoadArgs) -> Result<ExitCode, Failure> {
     // The first line is read (and checked) before the store is created or
     // locked: an input that is not a dump changes nothing.
     let first = lines.next_item()?;
+    finish_interrupted_compact(&a.store)?;
     let created = !a.store.join(DATA_FILE).exists();
     let db = open_or_create(&a, created)?;
     let mut state = Load {
