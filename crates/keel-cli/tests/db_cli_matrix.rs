@@ -310,6 +310,8 @@ fn db_rows(store: &Path, value_file: &Path) -> Vec<Row> {
     let vf = s(value_file);
     let missing = store.with_file_name("no-such-store");
     let missing = s(&missing);
+    let dump = store.with_file_name("dump.jsonl");
+    let dump = s(&dump);
     vec![
         row(0, &["db", "create", st]),
         row(0, &["db", "create", st, "--json"]),
@@ -365,6 +367,38 @@ fn db_rows(store: &Path, value_file: &Path) -> Vec<Row> {
         row(2, &["db", "salvage", missing, "--to", FRESH]),
         row(0, &["db", "salvage", st, "--to", FRESH]),
         row(0, &["db", "salvage", st, "--to", FRESH, "--json"]),
+        row(0, &["db", "dump", st]),
+        row(0, &["db", "dump", st, "--table", "two\nlines"]),
+        row(0, &["db", "dump", st, "--out", dump, "--json"]),
+        row(1, &["db", "dump", st, "--table", "none"]),
+        row(2, &["db", "dump", st, "--json"]),
+        row(2, &["db", "dump", missing]),
+        row(
+            0,
+            &["db", "load", FRESH, "--in", dump, "--segment-size", "1M"],
+        ),
+        row(
+            0,
+            &[
+                "db",
+                "load",
+                FRESH,
+                "--in",
+                dump,
+                "--segment-size",
+                "1M",
+                "--json",
+            ],
+        ),
+        // Standard input is empty: a new, empty store, and no end line.
+        row(1, &["db", "load", FRESH, "--segment-size", "1M"]),
+        row(2, &["db", "load", FRESH, "--in", missing]),
+        row(0, &["db", "backup", st, "--to", FRESH]),
+        row(0, &["db", "backup", st, "--to", FRESH, "--json"]),
+        row(2, &["db", "backup", missing, "--to", FRESH]),
+        row(0, &["db", "compact", st]),
+        row(0, &["db", "compact", st, "--json"]),
+        row(2, &["db", "compact", missing, "--json"]),
     ]
 }
 
@@ -593,6 +627,18 @@ fn every_db_command_survives_closed_stdout_and_odd_bytes() {
         "{}",
         printed(&["db", "stats", st]).text()
     );
+    // `dump`: every entry as JSON lines that read back to the bytes.
+    let dumped = printed(&["db", "dump", st]).text();
+    let from_dump: BTreeMap<Vec<u8>, Vec<u8>> = dumped
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+        .filter(|l| l["table"] == "default" && l.get("key").is_some())
+        .map(|l| (from_json(&l["key"]), from_json(&l["value"])))
+        .collect();
+    assert_eq!(from_dump, want);
+    assert!(dumped.len() > 2 * PIPE_BYTES, "{} bytes", dumped.len());
+    let compacted = printed(&["db", "compact", st, "--json"]).json();
+    assert_eq!(compacted["entries"], want.len() + ODD_TABLES.len());
     // A stdout that fails otherwise (a full disk) is an error.
     assert_eq!(run_into_full_disk(&["db", "scan", st]).code, 2);
     assert_eq!(run_into_full_disk(&["db", "stats", st, "--json"]).code, 2);

@@ -40,6 +40,69 @@ const SALVAGE_HELP: &str = "What it recovers: the tree of the valid meta page th
        write (NEW may then be partly written: remove it before trying again)\n\n\
     A reader that closes stdout early ends it with exit 0, as every command.";
 
+/// The format of `dump` and `load`.
+const DUMP_FORMAT: &str = "The format (JSON lines, docs/cli-db.md, \"dump and load\"): one \
+    object a line. Each table starts with {\"table\": NAME, \"create\": true} (so empty tables \
+    are kept), then one {\"table\": NAME, \"key\": K, \"value\": V} an entry in key order; K and \
+    V are a JSON string when their bytes are UTF-8, else {\"hex\": \"…\"}. The last line is \
+    {\"end\": true, \"tables\": T, \"entries\": N, \"lsn\": L}: `load` checks the counts, and \
+    an input without it may be cut short.";
+
+/// `dump`'s exit codes.
+const DUMP_HELP: &str = "Exit codes:\n  \
+    0  dumped\n  \
+    1  a --table that does not exist (nothing is written)\n  \
+    2  the command could not run: a wrong command line, no store at the path, a store another \
+       process has open, a damaged store, a failed read or write (with --out FILE, FILE is \
+       then left as it was: the dump goes to a temporary file renamed over it at the end)\n\n\
+    A reader that closes stdout early (`keel db dump S | head`) ends it at once, quietly, with \
+    exit 0.";
+
+/// `load`'s exit codes.
+const LOAD_HELP: &str = "The store's lock is held from the first line read to the last: the \
+    input streams into the store in transactions of --batch entries (or --batch-bytes), each \
+    durable when it commits; a line that cannot be loaded stops the load with every line before \
+    it loaded and none after. Lines replace the values of keys the store holds already.\n\n\
+    Exit codes:\n  \
+    0  loaded, and the input ended with an end line whose counts match\n  \
+    1  loaded, but the input did not end with an end line ({\"end\": true}): it may be cut \
+       short\n  \
+    2  the command could not run or stopped: a wrong command line, an input that cannot be \
+       read, a malformed line or one the store refuses (the message names the line; every \
+       line before it is loaded), an end line whose counts disagree with the lines before it, \
+       a store another process has open, a damaged store, a failed write";
+
+/// `backup`'s help and exit codes.
+const BACKUP_HELP: &str = "The copy is logical: one read transaction's snapshot, every table \
+    and entry of it written into a new store at DIR, which is then checkpointed, checked and \
+    closed (its data file compact, with STORE's page and journal segment sizes). STORE is \
+    opened read-only: nothing in it changes. A store another process has open cannot be backed \
+    up from the command line: its lock is exclusive, and a live backup from another process \
+    needs read-only access beside the writer, which Keel does not have yet; within one \
+    process, Database::backup copies a store while other threads commit.\n\n\
+    Exit codes:\n  \
+    0  backed up\n  \
+    2  the command could not run: a wrong command line, no store at STORE, a store another \
+       process has open, DIR not empty (or inside STORE), a damaged store, a failed read or \
+       write (DIR is then left without its data file, so it never opens as a store: remove \
+       it)";
+
+/// `compact`'s help and exit codes.
+const COMPACT_HELP: &str = "How: STORE is opened read-only (its lock is held throughout, so \
+    nothing else changes it), copied logically into a sibling directory \
+    .NAME.compact-PID on the same file system, every file and directory of the copy is \
+    fsynced, then the two directories are swapped in one atomic rename (renameat2 with \
+    RENAME_EXCHANGE; where the file system refuses it, two renames behind a marker file that \
+    any later keel db command finishes), the parent directory is fsynced and the old store \
+    removed. A crash at any step leaves STORE the old store or the new one, whole; the next \
+    compact removes what an interrupted one left beside it (and says so). Needs free space \
+    for the copy.\n\n\
+    Exit codes:\n  \
+    0  compacted (a leftover that could not be removed is a warning)\n  \
+    2  the command could not run: a wrong command line, no store at STORE, a store another \
+       process has open, a damaged store, a failed read or write (STORE is then the old \
+       store, unchanged, unless the message says otherwise)";
+
 /// How keys and values are written on the command line and printed.
 const ENCODING: &str = "Keys and values are UTF-8 text unless --hex is given: then every key \
     and value, given or printed, is hex (two digits a byte, an optional 0x prefix on input); \
@@ -104,6 +167,24 @@ pub enum DbCommand {
     /// what could not be recovered. STORE is only read, never changed.
     #[command(after_help = SALVAGE_HELP)]
     Salvage(SalvageArgs),
+    /// Write every table and entry (or those of --table) as JSON lines, from
+    /// one read transaction: a consistent snapshot. STORE is opened
+    /// read-only.
+    #[command(after_help = format!("{DUMP_FORMAT}\n\n{DUMP_HELP}"))]
+    Dump(DumpArgs),
+    /// Read JSON lines written by `dump` into a store, created (with its
+    /// directory) if missing, in bounded transactions.
+    #[command(after_help = format!("{DUMP_FORMAT}\n\n{LOAD_HELP}"))]
+    Load(LoadArgs),
+    /// Copy the store into a new store at DIR (a new or empty directory):
+    /// a consistent snapshot, every table byte for byte, checked.
+    #[command(after_help = BACKUP_HELP)]
+    Backup(BackupArgs),
+    /// Rewrite the store into a fresh, compact data file and switch to it
+    /// atomically, crash-safe at every step; print the sizes before and
+    /// after.
+    #[command(after_help = COMPACT_HELP)]
+    Compact(StoreArgs),
 }
 
 impl DbCommand {
@@ -115,8 +196,14 @@ impl DbCommand {
             DbCommand::Get(a) => a.key.keyed.out.json,
             DbCommand::Del(a) => a.keyed.out.json,
             DbCommand::Scan(a) => a.keyed.out.json,
-            DbCommand::Tables(a) | DbCommand::Stats(a) | DbCommand::Check(a) => a.out.json,
+            DbCommand::Tables(a)
+            | DbCommand::Stats(a)
+            | DbCommand::Check(a)
+            | DbCommand::Compact(a) => a.out.json,
             DbCommand::Salvage(a) => a.out.json,
+            DbCommand::Dump(a) => a.out.json,
+            DbCommand::Load(a) => a.out.json,
+            DbCommand::Backup(a) => a.out.json,
         }
     }
 }
@@ -249,6 +336,61 @@ pub struct SalvageArgs {
     /// lost but are readable.
     #[arg(long, value_name = "N", default_value_t = 100)]
     pub max_lost_changes: usize,
+    #[command(flatten)]
+    pub out: Output,
+}
+
+#[derive(Args, Debug)]
+pub struct DumpArgs {
+    /// The store directory (opened read-only).
+    pub store: PathBuf,
+    /// Dump only this table (repeat for more); a table that does not exist
+    /// is exit 1, before anything is written.
+    #[arg(long, short = 't', value_name = "NAME")]
+    pub table: Vec<String>,
+    /// Write the dump to this file (replaced whole at the end, never left
+    /// half written) instead of stdout; `-` is stdout.
+    #[arg(long = "out", value_name = "FILE", default_value = "-")]
+    pub file: PathBuf,
+    #[command(flatten)]
+    pub out: Output,
+}
+
+#[derive(Args, Debug)]
+pub struct LoadArgs {
+    /// The store directory: an existing store, or a new or empty directory
+    /// (created with its parents if missing) where a store is created.
+    pub store: PathBuf,
+    /// Read the JSON lines from this file; `-` (the default) is standard
+    /// input.
+    #[arg(long = "in", value_name = "FILE", default_value = "-")]
+    pub input: PathBuf,
+    /// Commit after at most this many entries.
+    #[arg(long, value_name = "N", default_value_t = keel::db::BULK_TXN_ENTRIES)]
+    pub batch: usize,
+    /// Commit before a transaction's journal record passes this many bytes
+    /// (at most what the store's journal takes in one record).
+    #[arg(long, value_name = "SIZE", default_value = "64M")]
+    pub batch_bytes: Size,
+    /// Page size of a new store (an existing store keeps its own).
+    #[arg(long, value_name = "SIZE", default_value = "4K")]
+    pub page_size: Size,
+    /// Journal segment size of a new store (an existing store keeps its
+    /// own).
+    #[arg(long, value_name = "SIZE", default_value = "64M")]
+    pub segment_size: Size,
+    #[command(flatten)]
+    pub out: Output,
+}
+
+#[derive(Args, Debug)]
+pub struct BackupArgs {
+    /// The store directory (opened read-only, never changed).
+    pub store: PathBuf,
+    /// The copy's directory: created with its parents, or an existing empty
+    /// one.
+    #[arg(long, value_name = "DIR")]
+    pub to: PathBuf,
     #[command(flatten)]
     pub out: Output,
 }

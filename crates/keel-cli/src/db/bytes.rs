@@ -77,6 +77,25 @@ pub enum Shown {
     Hex { hex: String },
 }
 
+impl Shown {
+    /// The bytes a JSON value written as [`Encoding::json`] writes them
+    /// (without `--hex`) stands for: a string is its UTF-8; an object with
+    /// the one field `hex` is those hex digits' bytes (any bytes, UTF-8 or
+    /// not). Anything else is refused, saying why.
+    pub fn bytes_of(value: &serde_json::Value) -> Result<Vec<u8>, String> {
+        match value {
+            serde_json::Value::String(s) => Ok(s.as_bytes().to_vec()),
+            serde_json::Value::Object(o) if o.len() == 1 => match o.get("hex") {
+                Some(serde_json::Value::String(h)) => {
+                    decode_hex(h).map_err(|why| format!("{{\"hex\": {h:?}}} is not hex: {why}"))
+                }
+                _ => Err(format!("{value} is not a string or {{\"hex\": \"…\"}}")),
+            },
+            _ => Err(format!("{value} is not a string or {{\"hex\": \"…\"}}")),
+        }
+    }
+}
+
 /// `bytes` as one line of text that says exactly which bytes they are:
 /// UTF-8 characters as they are, except a backslash, written `\\`, and
 /// control characters (U+0000 to U+001F, U+007F to U+009F: tabs, line

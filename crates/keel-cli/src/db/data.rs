@@ -12,7 +12,7 @@ use serde::Serialize;
 
 use super::args::{CreateArgs, GetArgs, KeyArgs, PutArgs, ScanArgs, StoreArgs};
 use super::bytes::{escape, Encoding, Shown};
-use super::failure::{check_store_dir, Failure, Kind};
+use super::failure::{check_store_dir, finish_interrupted_compact, Failure, Kind};
 use super::{open, print_json};
 use crate::out::Stdout;
 use crate::util::format_size;
@@ -28,6 +28,7 @@ struct Created {
 
 pub fn create(a: CreateArgs) -> Result<ExitCode, Failure> {
     let store = &a.store;
+    finish_interrupted_compact(store)?;
     let existed = store.join(DATA_FILE).exists();
     let page_size = usize::try_from(a.page_size.bytes())
         .map_err(|_| Failure::bad_input(format!("--page-size {}: too large", a.page_size)))?;

@@ -119,15 +119,38 @@ pub fn kind_of(e: &DbError) -> Kind {
         | DbError::ValueTooLong { .. }
         | DbError::TransactionTooLarge { .. }
         | DbError::BadTableName { .. }
-        | DbError::SalvageTarget { .. } => Kind::BadInput,
+        | DbError::SalvageTarget { .. }
+        | DbError::BackupTarget { .. } => Kind::BadInput,
         DbError::NoSuchTable(_) => Kind::Absent,
         _ => Kind::Failed,
     }
 }
 
+/// When nothing is at `store`, put back the store a compaction cut
+/// between its two renames left beside it (`swap::finish_interrupted`):
+/// every command runs this before it opens or creates a store there.
+pub fn finish_interrupted_compact(store: &Path) -> Result<(), Failure> {
+    if std::fs::symlink_metadata(store).is_ok() {
+        return Ok(());
+    }
+    super::swap::finish_interrupted(store)
+        .map(drop)
+        .map_err(|e| {
+            Failure::internal(format!(
+                "{}: finishing an interrupted compact: {e}",
+                store.display()
+            ))
+        })
+}
+
 /// Refuse a path that is missing or is not a directory, with words that
 /// say which (the store's own error would only say it holds no store).
+///
+/// A missing path may be a store whose compaction was interrupted between
+/// its two renames (where the file system refuses an atomic exchange): the
+/// compacted copy is renamed into place first (`swap::finish_interrupted`).
 pub fn check_store_dir(store: &Path) -> Result<(), Failure> {
+    finish_interrupted_compact(store)?;
     match std::fs::metadata(store) {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Err(Failure::new(
             Kind::NotAStore,

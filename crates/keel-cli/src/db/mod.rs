@@ -10,15 +10,23 @@
 //!
 //! The modules: `args` (the command line), `bytes` (keys and values as
 //! text or hex), `failure` (errors to messages and exit codes), `data`
-//! (create, put, get, del, scan, tables), `stats`, `check` and `salvage`.
+//! (create, put, get, del, scan, tables), `stats`, `check`, `salvage`,
+//! `dump` and `load` (JSON lines), `backup`, `compact` and `swap` (its
+//! crash-safe switch of directories), and `progress` (stderr spinners).
 
 mod args;
+mod backup;
 mod bytes;
 mod check;
+mod compact;
 mod data;
+mod dump;
 mod failure;
+mod load;
+mod progress;
 mod salvage;
 mod stats;
+mod swap;
 
 #[cfg(test)]
 mod tests;
@@ -46,6 +54,10 @@ pub fn run(cmd: DbCommand) -> anyhow::Result<ExitCode> {
         DbCommand::Stats(a) => stats::run(a),
         DbCommand::Check(a) => check::run(a),
         DbCommand::Salvage(a) => salvage::run(a),
+        DbCommand::Dump(a) => dump::run(a),
+        DbCommand::Load(a) => load::run(a),
+        DbCommand::Backup(a) => backup::run(a),
+        DbCommand::Compact(a) => compact::run(a),
     };
     match result {
         Ok(code) => Ok(code),

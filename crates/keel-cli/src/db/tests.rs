@@ -65,3 +65,25 @@ fn json_shows_utf8_as_a_string_and_other_bytes_as_hex() {
     assert_eq!(Encoding::Text.name(b"k"), "\"k\"");
     assert_eq!(Encoding::Text.name(&[0xff]), "0xff");
 }
+
+#[test]
+fn json_bytes_read_back() {
+    use super::bytes::Shown;
+    for bytes in [&b"text"[..], b"", &[0xff, 0], b"k\t\"1\"\\", "é".as_bytes()] {
+        let json = serde_json::to_value(Encoding::Text.json(bytes)).unwrap();
+        assert_eq!(Shown::bytes_of(&json).unwrap(), bytes, "{json}");
+    }
+    // Hex of UTF-8 bytes is taken too (a hand-written line).
+    let v = serde_json::json!({"hex": "6b"});
+    assert_eq!(Shown::bytes_of(&v).unwrap(), b"k");
+    for bad in [
+        serde_json::json!(7),
+        serde_json::json!(null),
+        serde_json::json!({"hex": "zz"}),
+        serde_json::json!({"hex": "6b", "more": 1}),
+        serde_json::json!({"text": "k"}),
+        serde_json::json!(["k"]),
+    ] {
+        assert!(Shown::bytes_of(&bad).is_err(), "{bad}");
+    }
+}

@@ -175,6 +175,15 @@ pub enum DbError {
         /// Why salvage refuses it.
         reason: String,
     },
+    /// [`super::Database::backup`] was given a directory it must not
+    /// write the copy into. Nothing was written.
+    #[error("cannot back up into {path}: {reason}")]
+    BackupTarget {
+        /// The directory given for the copy.
+        path: PathBuf,
+        /// Why backup refuses it.
+        reason: String,
+    },
 }
 
 /// Who holds a store's lock (see [`DbError::Locked`]).

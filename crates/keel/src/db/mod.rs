@@ -32,6 +32,7 @@
 
 #![deny(unsafe_code)]
 
+mod backup;
 mod checkpoint;
 mod combine;
 mod error;
@@ -62,6 +63,9 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
+pub use backup::{
+    BackupProgress, BackupReport, BulkStats, BulkWriter, BULK_TXN_BYTES, BULK_TXN_ENTRIES,
+};
 pub use error::{DbError, LockHolder, Result};
 pub use item::{Key, KeyValue, Value};
 pub use placement::BackgroundCpus;

@@ -44,6 +44,7 @@ use crate::journal::{JournalError, JournalOptions, Lsn, DEFAULT_SEGMENT_SIZE_BYT
 use choose::{Choice, Start};
 use load::{Loaded, Loader};
 use overlay::Overlay;
+pub(super) use source::inside;
 use tree::Walk;
 
 /// Where a salvage is: reported to [`SalvageOptions::progress`].

@@ -132,8 +132,9 @@ pub(super) fn check_target(vfs: &dyn Vfs, from: &Path, to: &Path) -> Result<()> 
 }
 
 /// Whether `path` is `dir` or lies under it, comparing what the file
-/// system resolves (symbolic links, `..`) where it can.
-fn inside(path: &Path, dir: &Path) -> bool {
+/// system resolves (symbolic links, `..`) where it can. (Backups refuse
+/// such a target too.)
+pub(in crate::db) fn inside(path: &Path, dir: &Path) -> bool {
     let dir = std::fs::canonicalize(dir).unwrap_or_else(|_| dir.to_path_buf());
     resolve(path).starts_with(&dir)
 }
