@@ -46,7 +46,8 @@ enum Command {
     #[command(subcommand)]
     Journal(journal::JournalCommand),
     /// Use a store by hand: create it, put, get, delete and scan keys,
-    /// list its tables, print its figures, check it for damage.
+    /// list its tables, print its figures, check it for damage, salvage a
+    /// damaged one, dump and load it as JSON lines, back it up, compact it.
     #[command(subcommand)]
     Db(db::DbCommand),
 }
