@@ -38,12 +38,13 @@ use std::panic::{self, AssertUnwindSafe};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::time::Instant;
 
 use crossbeam_epoch::{self as epoch, Atomic, Owned, Shared as EpochPtr};
 
 use super::format::{lz4_encode, RecordHeader, FLAG_EPOCH_START, FLAG_LZ4, RECORD_HEADER_BYTES};
 use super::leader::{poison_result, wait_batch, Flight};
-use super::segments::{ReadySegment, SegmentSpec};
+use super::segments::{FreeFile, ReadySegment, SegmentSpec, Source};
 use super::{BatchStart, JournalError, JournalOptions, JournalStats, Lsn};
 use crate::bell::Bell;
 use crate::io::{AlignedBuf, IoError, LockGuard, Vfs, VfsFile};
@@ -80,6 +81,8 @@ pub(super) struct SegMeta {
     /// Where its first record lies: the first block, unless the chain
     /// resumed past damage in it (`scan::scan_needing`).
     pub first_pos: u64,
+    /// The file's length in bytes.
+    pub size: u64,
 }
 
 /// The open batch: committers reserve ranges of `buf` concurrently.
@@ -92,6 +95,8 @@ pub(super) struct Slab {
     epoch_start: bool,
     /// Where `buf[0]` goes in the segment file (block-aligned).
     pub(super) offset: u64,
+    /// The segment file's length: no write goes past it.
+    pub(super) segment_size: u64,
     /// Reservations must end at or before this many bytes of `buf`.
     capacity: usize,
     pub(super) file: Arc<dyn VfsFile>,
@@ -260,7 +265,13 @@ pub(super) struct State {
     pub segments: Vec<SegMeta>,
     pub spares: VecDeque<ReadySegment>,
     /// Old segment files waiting to be recycled into spares.
-    pub free: VecDeque<PathBuf>,
+    pub free: VecDeque<FreeFile>,
+    /// The size of the next segment made new (or recycled: a free file at
+    /// least this large): doubles, up to the largest segment size, when
+    /// the active segment filled within `GROW_IF_FILLED_WITHIN`.
+    pub next_size: u64,
+    /// When appends moved into the active segment (or the journal opened).
+    active_since: Instant,
     pub released: Lsn,
     pub(super) poisoned: Option<Arc<IoError>>,
     pub(super) callbacks: Vec<(u64, Lsn, Callback)>,
@@ -410,12 +421,12 @@ impl Shared {
 
 impl State {
     pub(super) fn new(
-        next_lsn: Lsn,
-        salt: u32,
+        (next_lsn, salt): (Lsn, u32),
         active: ReadySegment,
         pos: u64,
         tail: Vec<u8>,
         segments: Vec<SegMeta>,
+        first_size: u64,
     ) -> State {
         State {
             next_lsn,
@@ -433,6 +444,8 @@ impl State {
             segments,
             spares: VecDeque::new(),
             free: VecDeque::new(),
+            next_size: first_size,
+            active_since: Instant::now(),
             released: 0,
             poisoned: None,
             callbacks: Vec::new(),
@@ -706,21 +719,27 @@ pub(super) fn retire(shared: &Shared, st: &mut State, slab: &Arc<Slab>, records:
 }
 
 /// Install the next open batch at the append position, rolling over to a
-/// new segment first if a record of `need` bytes would not fit in this one.
-/// The mutex is released while waiting for a spare segment.
+/// new segment first if a record of `need` bytes would not fit in this one
+/// (or, when this one holds no record, replacing it by one that holds the
+/// record). The mutex is released while waiting for a spare segment or
+/// making one.
 pub(super) fn install_room<'a>(
     shared: &'a Shared,
     mut st: MutexGuard<'a, State>,
     need: usize,
 ) -> Result<MutexGuard<'a, State>, JournalError> {
-    let rolled = batch_start(shared, &st) + need as u64 > shared.spec.segment_size;
-    if rolled {
-        st = roll_over(shared, st)?;
+    let moved = batch_start(shared, &st) + need as u64 > st.active.size;
+    if moved {
+        if active_is_empty(shared, &st) {
+            st = replace_empty_active(shared, st, need)?;
+        } else {
+            st = roll_over(shared, st, need)?;
+        }
     }
     install_slab(shared, &mut st, need);
-    if rolled {
-        // Committers that found no open batch wait for this one; the
-        // preparer has a spare to replace.
+    if moved {
+        // Committers that found no open batch while the mutex was released
+        // wait for this one; the preparer may have a spare to replace.
         shared.spare_cv.notify_all();
     }
     Ok(st)
@@ -742,7 +761,7 @@ pub(super) fn install_slab(shared: &Shared, st: &mut State, need: usize) {
     let offset = st.pos / block as u64 * block as u64;
     let prefix = (st.pos - offset) as usize;
     debug_assert_eq!(prefix, st.tail.len());
-    let room = (shared.spec.segment_size - offset) as usize;
+    let room = (st.active.size - offset) as usize;
     let capacity = shared.options.max_write_bytes.max(prefix + need).min(room);
     let buf_len = capacity.div_ceil(block).max(1) * block;
     let mut buf = match st.pool.iter().position(|b| b.len() >= buf_len) {
@@ -760,6 +779,7 @@ pub(super) fn install_slab(shared: &Shared, st: &mut State, need: usize) {
         salt: st.salt,
         epoch_start: st.epoch_start_pending,
         offset,
+        segment_size: st.active.size,
         capacity,
         file: Arc::clone(&st.active.file),
         buf: UnsafeCell::new(Some(buf)),
@@ -791,21 +811,33 @@ fn batch_start(shared: &Shared, st: &State) -> u64 {
     }
 }
 
-/// Switch appends to the next prepared segment, waiting for the preparer
-/// only if it has fallen behind. The open batch has been retired.
+/// Switch appends to the next prepared segment, which must hold a record
+/// of `need` bytes (with its header), waiting for the preparer only if it
+/// has fallen behind. The open batch has been retired.
 fn roll_over<'a>(
     shared: &'a Shared,
     mut st: MutexGuard<'a, State>,
+    need: usize,
 ) -> Result<MutexGuard<'a, State>, JournalError> {
-    if st.spares.is_empty() {
+    let block = shared.spec.block_size as u64;
+    // The first segment with room for the record: a segment left empty
+    // would end the chain (a chain goes on only into a segment whose first
+    // record continues it).
+    let fits = |s: &ReadySegment| block + need as u64 <= s.size;
+    if !st.spares.front().is_some_and(fits) {
         st.stats.rollover_waits += 1;
     }
     loop {
         if let Some(e) = &st.poisoned {
             return Err(JournalError::Poisoned(e.clone()));
         }
-        if !st.spares.is_empty() {
-            break;
+        match st.spares.front() {
+            Some(s) if fits(s) => break,
+            Some(_) if !st.preparing => {
+                st = replace_next_spare(shared, st, need)?;
+                continue;
+            }
+            _ => {}
         }
         shared.spare_cv.notify_all();
         st = shared.spare_cv.wait(st).unwrap_or_else(|p| p.into_inner());
@@ -817,15 +849,112 @@ fn roll_over<'a>(
         path: next.path.clone(),
         first_lsn: None,
         last_lsn: None,
-        first_pos: shared.spec.block_size as u64,
+        first_pos: block,
+        size: next.size,
     });
+    // At the rate that filled the segment just left, one of the same size
+    // would roll over as soon: the next new one is twice as large.
+    if st.active_since.elapsed() < super::GROW_IF_FILLED_WITHIN {
+        st.next_size = (st.next_size * 2).min(shared.options.segment_size_bytes);
+    }
+    st.active_since = Instant::now();
     st.active = next;
-    st.pos = shared.spec.block_size as u64;
+    st.pos = block;
     st.tail.clear();
     st.padded_to_block = false;
     st.stats.rollovers += 1;
     shared.spare_cv.notify_all();
     Ok(st)
+}
+
+/// Whether the active segment holds no record at all (a new journal's, one
+/// emptied by `truncate_after`, or one rolled into whose first batch closed
+/// without a record): a rollover would leave it empty in the chain, which
+/// ends the chain there.
+fn active_is_empty(shared: &Shared, st: &State) -> bool {
+    let meta = st.segments.last().filter(|s| s.seq == st.active.seq);
+    st.pos == shared.spec.block_size as u64 && meta.is_some_and(|s| s.first_lsn.is_none())
+}
+
+/// The size of a segment for a record of `need` bytes: room for it after
+/// the header block, and at least what new segments have grown to.
+fn size_for(shared: &Shared, st: &State, need: usize) -> u64 {
+    let block = shared.spec.block_size as u64;
+    let size = (block + need as u64)
+        .next_multiple_of(block)
+        .max(4 * block)
+        .max(st.next_size);
+    debug_assert!(size <= shared.options.segment_size_bytes);
+    size
+}
+
+/// The active segment holds no record and a record of `need` bytes does
+/// not fit in it: replace it by one that holds it
+/// ([`SegmentSpec::replace`]), in this thread — the commit waits for it.
+/// No batch is open and none is queued for this segment. The mutex is
+/// released meanwhile. A failure poisons the journal.
+fn replace_empty_active<'a>(
+    shared: &'a Shared,
+    st: MutexGuard<'a, State>,
+    need: usize,
+) -> Result<MutexGuard<'a, State>, JournalError> {
+    let (seq, size, base_lsn) = (st.active.seq, size_for(shared, &st, need), st.next_lsn);
+    drop(st);
+    let result = shared
+        .spec
+        .replace(shared.vfs.as_ref(), seq, base_lsn, size);
+    let mut st = shared.lock();
+    match result {
+        Ok(seg) => {
+            let meta = st.segments.last_mut().expect("the active segment");
+            meta.size = size;
+            meta.first_pos = shared.spec.block_size as u64;
+            st.active = seg;
+            st.tail.clear();
+            st.padded_to_block = false;
+            st.stats.segments_created += 1;
+            Ok(st)
+        }
+        Err(e) => Err(JournalError::Poisoned(poison_all(shared, st, io_error(e)))),
+    }
+}
+
+/// The I/O error a failed preparation poisons the journal with.
+fn io_error(e: JournalError) -> Arc<IoError> {
+    match e {
+        JournalError::Io(e) => e,
+        _ => Arc::new(IoError::Crashed),
+    }
+}
+
+/// The next spare is too small for a record of `need` bytes: make a
+/// segment under its number that holds it (at least the size new segments
+/// have grown to), in this thread — the commit waits for it. The mutex is
+/// released meanwhile; the spare cannot be taken (no batch is open) and no
+/// other preparation runs (`preparing`). A failure poisons the journal:
+/// the spare's file may be gone.
+fn replace_next_spare<'a>(
+    shared: &'a Shared,
+    mut st: MutexGuard<'a, State>,
+    need: usize,
+) -> Result<MutexGuard<'a, State>, JournalError> {
+    let seq = st.spares.front().expect("a spare").seq;
+    let size = size_for(shared, &st, need);
+    st.preparing = true;
+    let base_lsn = st.next_lsn;
+    drop(st);
+    let result = shared.spec.create(shared.vfs.as_ref(), seq, base_lsn, size);
+    let mut st = shared.lock();
+    st.preparing = false;
+    match result {
+        Ok(seg) => {
+            st.spares[0] = seg;
+            st.stats.segments_created += 1;
+            shared.spare_cv.notify_all();
+            Ok(st)
+        }
+        Err(e) => Err(JournalError::Poisoned(poison_all(shared, st, io_error(e)))),
+    }
 }
 
 /// Poison the journal and wake every thread that waits on it: committers,
@@ -928,29 +1057,34 @@ pub(super) fn preparer_loop(shared: Arc<Shared>) {
         if st.shutdown || st.poisoned.is_some() {
             return;
         }
-        st = prepare_one(&shared, st);
+        let size = st.next_size;
+        st = prepare_one(&shared, st, size);
     }
 }
 
-/// Prepare the next spare segment (recycling a free file if there is one)
-/// with the mutex released meanwhile. Poisons the journal on failure.
-fn prepare_one<'a>(shared: &'a Shared, mut st: MutexGuard<'a, State>) -> MutexGuard<'a, State> {
+/// Prepare the next spare segment, of at least `size` bytes (recycling a
+/// free file that large if there is one), with the mutex released
+/// meanwhile. Poisons the journal on failure.
+fn prepare_one<'a>(
+    shared: &'a Shared,
+    mut st: MutexGuard<'a, State>,
+    size: u64,
+) -> MutexGuard<'a, State> {
     st.preparing = true;
     let seq = st.spares.back().map_or(st.active.seq, |s| s.seq) + 1;
-    let old = st.free.pop_front();
+    let source = Source::choose(&mut st.free, size);
     let base_lsn = st.next_lsn;
     drop(st);
     let result = shared
         .spec
-        .prepare(shared.vfs.as_ref(), seq, old.as_deref(), base_lsn);
+        .prepare(shared.vfs.as_ref(), seq, &source, base_lsn);
     let mut st = shared.lock();
     st.preparing = false;
     match result {
         Ok(seg) => {
-            if old.is_some() {
-                st.stats.segments_recycled += 1;
-            } else {
-                st.stats.segments_created += 1;
+            match source.recycle {
+                Some(_) => st.stats.segments_recycled += 1,
+                None => st.stats.segments_created += 1,
             }
             st.spares.push_back(seg);
             shared.spare_cv.notify_all();
@@ -959,11 +1093,7 @@ fn prepare_one<'a>(shared: &'a Shared, mut st: MutexGuard<'a, State>) -> MutexGu
         // A failed preparation may have left a half-made file; the journal
         // cannot roll over, so stop it like a failed write.
         Err(e) => {
-            let e = match e {
-                JournalError::Io(e) => e,
-                _ => Arc::new(IoError::Crashed),
-            };
-            poison_all(shared, st, e);
+            poison_all(shared, st, io_error(e));
             shared.lock()
         }
     }
@@ -972,8 +1102,7 @@ fn prepare_one<'a>(shared: &'a Shared, mut st: MutexGuard<'a, State>) -> MutexGu
 /// Prepare spare segments now, in the calling thread, until the spares can
 /// hold `bytes` more bytes of records (see [`super::Journal::preallocate`]).
 pub(super) fn preallocate(shared: &Shared, bytes: u64) -> Result<usize, JournalError> {
-    let per_segment = shared.spec.segment_size - shared.spec.block_size as u64;
-    let wanted = bytes.div_ceil(per_segment) as usize;
+    let block = shared.spec.block_size as u64;
     let mut made = 0;
     let mut st = shared.lock();
     loop {
@@ -984,10 +1113,16 @@ pub(super) fn preallocate(shared: &Shared, bytes: u64) -> Result<usize, JournalE
             st = shared.spare_cv.wait(st).unwrap_or_else(|p| p.into_inner());
             continue;
         }
-        if st.spares.len() >= wanted {
+        let room: u64 = st.spares.iter().map(|s| s.size - block).sum();
+        if room >= bytes {
             return Ok(made);
         }
-        st = prepare_one(shared, st);
+        // One segment for what is missing, if one can hold it: a bulk load
+        // rolls over as seldom as the largest size allows.
+        let size = (bytes - room + block)
+            .next_multiple_of(block)
+            .clamp(st.next_size, shared.options.segment_size_bytes);
+        st = prepare_one(shared, st, size);
         made += 1;
     }
 }
@@ -1010,7 +1145,10 @@ pub(super) fn release(shared: &Shared, upto: Lsn) {
             break;
         }
         let seg = st.segments.remove(0);
-        st.free.push_back(seg.path);
+        st.free.push_back(FreeFile {
+            path: seg.path,
+            size: seg.size,
+        });
         freed = true;
     }
     drop(st);
