@@ -151,11 +151,16 @@ fn a_record_larger_than_the_next_spare_gets_a_segment_that_holds_it() {
     for &(lsn, len) in &lens {
         assert_eq!(j.append(&payload(lsn, len)).unwrap(), lsn);
     }
+
     assert!(matches!(
         j.append(&vec![0u8; max + 1]),
         Err(JournalError::RecordTooLarge { .. })
     ));
     drop(j);
+    // The segment made for record 2 and every one after it holds a
+    // record of the largest size: none is made for record 5.
+    let sizes = segment_sizes(&vfs, &dir);
+    assert!(sizes[1..].iter().all(|s| s.1 == 1 << 20), "{sizes:?}");
     // Every segment of the chain holds a record (an empty one would end
     // the chain before the records after it).
     let scan = inspect(vfs.as_ref(), &dir).unwrap();
@@ -327,7 +332,7 @@ fn a_crash_while_a_segment_is_made_for_a_large_record_loses_nothing() {
     };
     let big = 600 << 10;
     for small_first in [false, true] {
-        let mut crashed = 0;
+        let mut crashed_at = std::collections::BTreeSet::new();
         for ops in 0..30u64 {
             let (vfs, dir) = sim(100 + ops);
             let j = Journal::open(vfs.clone(), &dir, opts.clone()).unwrap();
@@ -341,7 +346,9 @@ fn a_crash_while_a_segment_is_made_for_a_large_record_loses_nothing() {
             if j.append(&payload(lsn, big)).is_ok() {
                 acked.push((lsn, big));
             }
-            crashed += u64::from(vfs.is_down());
+            if let Some(c) = vfs.crash_op() {
+                crashed_at.insert(c.op);
+            }
             drop(j);
             vfs.crash(if ops % 2 == 0 {
                 CrashMode::PowerLoss
@@ -368,9 +375,19 @@ fn a_crash_while_a_segment_is_made_for_a_large_record_loses_nothing() {
             want.push((next, big));
             check_all(&j, &want);
         }
-        // Every step of the replacement (some ten file operations), and
-        // the record's write, were crashed at.
-        assert!(crashed >= 8, "only {crashed} runs crashed");
+        // Every kind of step of the replacement, and the record's write,
+        // was crashed at.
+        let mut steps = vec![
+            "create",
+            "zero-fill",
+            "fdatasync",
+            "write",
+            "fsync directory",
+        ];
+        steps.push(if small_first { "remove" } else { "rename" });
+        for step in steps {
+            assert!(crashed_at.contains(step), "{step}: {crashed_at:?}");
+        }
     }
 }
 

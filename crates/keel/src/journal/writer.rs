@@ -877,14 +877,17 @@ fn active_is_empty(shared: &Shared, st: &State) -> bool {
 }
 
 /// The size of a segment for a record of `need` bytes: room for it after
-/// the header block, and at least what new segments have grown to.
-fn size_for(shared: &Shared, st: &State, need: usize) -> u64 {
+/// the header block, and at least what new segments have grown to. The
+/// segments made after it are at least as large (`next_size`), so that
+/// records of that size do not wait for a segment again.
+fn size_for(shared: &Shared, st: &mut State, need: usize) -> u64 {
     let block = shared.spec.block_size as u64;
     let size = (block + need as u64)
         .next_multiple_of(block)
         .max(4 * block)
         .max(st.next_size);
     debug_assert!(size <= shared.options.segment_size_bytes);
+    st.next_size = size;
     size
 }
 
@@ -895,10 +898,11 @@ fn size_for(shared: &Shared, st: &State, need: usize) -> u64 {
 /// released meanwhile. A failure poisons the journal.
 fn replace_empty_active<'a>(
     shared: &'a Shared,
-    st: MutexGuard<'a, State>,
+    mut st: MutexGuard<'a, State>,
     need: usize,
 ) -> Result<MutexGuard<'a, State>, JournalError> {
-    let (seq, size, base_lsn) = (st.active.seq, size_for(shared, &st, need), st.next_lsn);
+    let size = size_for(shared, &mut st, need);
+    let (seq, base_lsn) = (st.active.seq, st.next_lsn);
     drop(st);
     let result = shared
         .spec
@@ -939,7 +943,7 @@ fn replace_next_spare<'a>(
     need: usize,
 ) -> Result<MutexGuard<'a, State>, JournalError> {
     let seq = st.spares.front().expect("a spare").seq;
-    let size = size_for(shared, &st, need);
+    let size = size_for(shared, &mut st, need);
     st.preparing = true;
     let base_lsn = st.next_lsn;
     drop(st);
