@@ -12,12 +12,14 @@
 //!
 //! The format is specified in `docs/format.md`; the modules are:
 //! `format` (bytes), `scan` (reading back), `segments` (files), `writer`
-//! (group commit), `open` (recovery).
+//! (group commit), `rollover` (moving to the next segment, making
+//! segments), `open` (recovery).
 
 mod format;
 mod leader;
 mod open;
 mod records;
+mod rollover;
 pub(crate) mod salvage;
 mod scan;
 mod segments;
@@ -489,12 +491,12 @@ impl Journal {
     /// benchmarks: preparing a segment in the background writes its size in
     /// zeros, which competes with the commits for the disk.
     pub fn preallocate(&self, bytes: u64) -> Result<usize, JournalError> {
-        writer::preallocate(&self.shared, bytes)
+        rollover::preallocate(&self.shared, bytes)
     }
 
     /// Allow the segments holding only records ≤ `upto` to be recycled.
     pub fn release(&self, upto: Lsn) {
-        writer::release(&self.shared, upto)
+        rollover::release(&self.shared, upto)
     }
 
     /// Durably discard every record after `lsn` (waits for queued records to

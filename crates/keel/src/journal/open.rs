@@ -304,7 +304,7 @@ fn start_threads(
             .spawn(move || f(s))
             .map_err(|e| IoError::os("spawn thread", dir, e))
     };
-    let preparer = spawn("keel-journal-prep", writer::preparer_loop)?;
+    let preparer = spawn("keel-journal-prep", super::rollover::preparer_loop)?;
     let flusher = spawn("keel-journal-cb", writer::flusher_loop)?;
     Ok(Journal {
         shared,
