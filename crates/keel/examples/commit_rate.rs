@@ -48,14 +48,17 @@ fn main() {
         .iter()
         .find_map(|a| a.strip_prefix("spares="))
         .map_or(1, |s| s.parse().unwrap());
+    // `seg_mib=N`: every segment N MiB (none grows from a smaller size).
+    let segment_bytes = args
+        .iter()
+        .find_map(|a| a.strip_prefix("seg_mib="))
+        .map_or(64, |s| s.parse::<u64>().unwrap())
+        << 20;
     let opts = JournalOptions {
         lz4_min_bytes: lz4.then_some(256),
         spare_segments: spares,
-        segment_size_bytes: args
-            .iter()
-            .find_map(|a| a.strip_prefix("seg_mib="))
-            .map_or(64, |s| s.parse::<u64>().unwrap())
-            << 20,
+        segment_size_bytes: segment_bytes,
+        first_segment_size_bytes: segment_bytes,
         ..JournalOptions::default()
     };
     let j = Arc::new(Journal::open(RealVfs::shared(), &dir, opts).unwrap());

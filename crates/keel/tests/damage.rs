@@ -24,6 +24,8 @@ const CI_SEEDS: u64 = 400;
 fn options(mode: RecoveryMode, lz4: bool) -> JournalOptions {
     JournalOptions {
         segment_size_bytes: 64 << 10,
+        // Segments of 16, 32 and 64 KiB.
+        first_segment_size_bytes: 16 << 10,
         block_size_bytes: 4096,
         max_write_bytes: 16 << 10,
         method: Some(WriteMethod::OdirectDsync),

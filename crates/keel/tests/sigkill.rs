@@ -42,8 +42,10 @@ fn options(method: WriteMethod) -> JournalOptions {
         .unwrap_or(1);
     let start = std::env::var("KEEL_CHILD_START");
     JournalOptions {
-        // Small segments so that the children roll over and recycle.
+        // Small segments so that the children roll over and recycle,
+        // growing from 16 KiB after every start.
         segment_size_bytes: 256 << 10,
+        first_segment_size_bytes: 16 << 10,
         max_write_bytes: 64 << 10,
         method: Some(method),
         // The child's setting (writes in flight 1, 2, 4 in turn; fresh

@@ -34,6 +34,8 @@ fn builder() -> Builder {
     Database::builder()
         .journal(JournalOptions {
             segment_size_bytes: 256 << 10,
+            // Segments growing from 16 KiB after every start.
+            first_segment_size_bytes: 16 << 10,
             ..JournalOptions::default()
         })
         .checkpoint_journal_bytes(96 << 10)

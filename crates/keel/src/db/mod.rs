@@ -712,8 +712,10 @@ pub struct Limits {
     /// The longest value, in bytes: the most one transaction's record can
     /// hold (a put under an empty key, alone in its transaction, into a
     /// table that exists: `max_transaction_bytes` less 12), at most
-    /// 2³² − 1 (the format's limit): 64 MiB less 4,140 bytes with the
-    /// default 64 MiB journal segments; larger segments take larger values.
+    /// 2³² − 1 (the format's limit): 64 MiB less 4,148 bytes with the
+    /// default largest journal segment size, 64 MiB
+    /// (`JournalOptions::segment_size_bytes`, whatever size the segments
+    /// have grown to); a larger one takes larger values.
     pub max_value_bytes: u64,
     /// The most bytes of one transaction's journal record: 1, plus 11 and
     /// its key and value for each put, 7 and its key for each delete (the

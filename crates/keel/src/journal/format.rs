@@ -27,10 +27,18 @@ const SH_BASE_LSN: usize = SH_SEGMENT_SIZE + 8;
 const SH_MAX_WRITE: usize = SH_BASE_LSN + 8;
 const SH_CUT_FROM: usize = SH_MAX_WRITE + 4;
 const SH_CRC: usize = SH_CUT_FROM + 8;
-/// Bytes of the segment header that carry meaning; the rest of the first
-/// block is zero.
+/// Bytes of the segment header.
 pub const SEGMENT_HEADER_BYTES: usize = SH_CRC + 4;
 const _: () = assert!(SEGMENT_HEADER_BYTES == 64);
+// The header's extension, right after it: the journal's largest segment
+// size, and a CRC32C of the header and that field. Readers that predate it
+// ignore these bytes (zeros in their journals).
+const SX_LARGEST: usize = SEGMENT_HEADER_BYTES;
+const SX_CRC: usize = SX_LARGEST + 8;
+/// Bytes of the first block that carry meaning (the header and its
+/// extension); the rest of the block is zero.
+pub const SEGMENT_HEADER_BLOCK_BYTES: usize = SX_CRC + 4;
+const _: () = assert!(SEGMENT_HEADER_BLOCK_BYTES == 76);
 
 // Record header layout (little-endian).
 const RH_CRC: usize = 0;
@@ -159,6 +167,32 @@ impl SegmentHeader {
         put_u64(out, SH_CUT_FROM, self.cut_from);
         let crc = crc32c::crc32c(&out[..SH_CRC]);
         put_u32(out, SH_CRC, crc);
+    }
+
+    /// Encode the header and its extension, which records `largest`: the
+    /// journal's largest segment size (what bounds its records), into the
+    /// first [`SEGMENT_HEADER_BLOCK_BYTES`] of `out`.
+    pub fn encode_with_largest(&self, largest: u64, out: &mut [u8]) {
+        self.encode(out);
+        put_u64(out, SX_LARGEST, largest);
+        let crc = crc32c::crc32c(&out[..SX_CRC]);
+        put_u32(out, SX_CRC, crc);
+    }
+
+    /// The journal's largest segment size that the extension after this
+    /// header (decoded from `bytes`) records: `None` when it is absent
+    /// (zeros: a journal written before it existed), does not match its
+    /// CRC, or states a size no segment can have (not whole blocks, under
+    /// 4 blocks, or under this segment's own size).
+    pub fn decode_largest(&self, bytes: &[u8]) -> Option<u64> {
+        let b = bytes.get(..SEGMENT_HEADER_BLOCK_BYTES)?;
+        if crc32c::crc32c(&b[..SX_CRC]) != get_u32(b, SX_CRC) {
+            return None;
+        }
+        let largest = get_u64(b, SX_LARGEST);
+        let block = u64::from(self.block_size);
+        (largest % block == 0 && largest >= 4 * block && largest >= self.segment_size)
+            .then_some(largest)
     }
 
     /// Decode and validate a header.
@@ -363,6 +397,42 @@ mod tests {
             assert!(SegmentHeader::decode(&d).is_err(), "flip at {i} accepted");
         }
         assert_eq!(SegmentHeader::decode(&[0u8; 64]), Err(HeaderError::Blank));
+    }
+
+    /// The extension after the header records the journal's largest
+    /// segment size; a header without it (an older journal's: zeros), or
+    /// with a byte of it or of the header changed, records none.
+    #[test]
+    fn the_header_extension_records_the_largest_segment_size() {
+        let h = SegmentHeader {
+            block_size: 4096,
+            store_id: 77,
+            seq: 5,
+            segment_size: 1 << 20,
+            base_lsn: 1234,
+            max_write_bytes: 1 << 20,
+            cut_from: 0,
+        };
+        let mut b = [0u8; 4096];
+        h.encode_with_largest(64 << 20, &mut b);
+        assert_eq!(SegmentHeader::decode(&b), Ok(h));
+        assert_eq!(h.decode_largest(&b), Some(64 << 20));
+        assert!(b[SEGMENT_HEADER_BLOCK_BYTES..].iter().all(|&x| x == 0));
+        for i in 0..SEGMENT_HEADER_BLOCK_BYTES {
+            let mut d = b;
+            d[i] ^= 0x10;
+            assert_eq!(h.decode_largest(&d), None, "flip at {i} accepted");
+        }
+        let mut old = [0u8; 4096];
+        h.encode(&mut old);
+        assert_eq!(SegmentHeader::decode(&old), Ok(h));
+        assert_eq!(h.decode_largest(&old), None);
+        assert_eq!(h.decode_largest(&b[..SEGMENT_HEADER_BLOCK_BYTES - 1]), None);
+        // Sizes no journal has: under the segment's own, not whole blocks.
+        for bad in [1 << 19, (64 << 20) + 512, 0] {
+            h.encode_with_largest(bad, &mut b);
+            assert_eq!(h.decode_largest(&b), None, "{bad}");
+        }
     }
 
     /// A header whose checksum matches but whose sizes are impossible (a

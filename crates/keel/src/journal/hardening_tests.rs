@@ -312,6 +312,8 @@ fn torn_tail_reach_comes_from_the_writer_not_the_opener() {
     let (vfs, dir) = sim(6);
     let big = JournalOptions {
         segment_size_bytes: 16 << 20,
+        // The batch goes into the first segment.
+        first_segment_size_bytes: 16 << 20,
         max_write_bytes: 8 << 20,
         recovery_mode: RecoveryMode::RefuseCorruption,
         ..small_options()

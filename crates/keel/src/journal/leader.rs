@@ -324,7 +324,7 @@ fn write_batch(shared: &Shared, batch: &Sealed) -> Result<(), IoError> {
     let buf = unsafe { batch.slab.bytes_mut() };
     buf[batch.len..padded].fill(0);
     debug_assert!(
-        batch.slab.offset + padded as u64 <= shared.spec.segment_size,
+        batch.slab.offset + padded as u64 <= batch.slab.segment_size,
         "batch past segment end"
     );
     let (method, file) = (shared.spec.method, batch.slab.file.as_ref());

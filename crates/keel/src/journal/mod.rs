@@ -12,12 +12,14 @@
 //!
 //! The format is specified in `docs/format.md`; the modules are:
 //! `format` (bytes), `scan` (reading back), `segments` (files), `writer`
-//! (group commit), `open` (recovery).
+//! (group commit), `rollover` (moving to the next segment, making
+//! segments), `open` (recovery).
 
 mod format;
 mod leader;
 mod open;
 mod records;
+mod rollover;
 pub(crate) mod salvage;
 mod scan;
 mod segments;
@@ -29,7 +31,7 @@ use std::sync::Arc;
 
 pub use format::{
     lz4_decode, HeaderError, RecordError, SegmentHeader, FLAG_EPOCH_START, FLAG_LZ4,
-    FORMAT_VERSION, RECORD_HEADER_BYTES, SEGMENT_HEADER_BYTES,
+    FORMAT_VERSION, RECORD_HEADER_BYTES, SEGMENT_HEADER_BLOCK_BYTES, SEGMENT_HEADER_BYTES,
 };
 pub use records::Records;
 pub use scan::{
@@ -42,9 +44,22 @@ use crate::io::{IoError, Vfs, WriteMethod};
 /// A log sequence number: records are numbered 1, 2, 3… in append order.
 pub type Lsn = u64;
 
-/// Default segment size: large enough that rollovers are rare, small enough
-/// that preparing a spare (zero-filling it) takes well under a second.
+/// Default largest segment size: large enough that rollovers are rare
+/// under a heavy load, small enough that preparing a spare (zero-filling
+/// it) takes well under a second. Also what bounds a record.
 pub const DEFAULT_SEGMENT_SIZE_BYTES: u64 = 64 << 20;
+
+/// Default size of a new journal's first segments: a new journal (a new
+/// store) takes two of them on disk, the active segment and its spare.
+pub const DEFAULT_FIRST_SEGMENT_SIZE_BYTES: u64 = 1 << 20;
+
+/// A segment that filled within this long since appends moved into it
+/// makes the next new segment twice as large (up to
+/// [`JournalOptions::segment_size_bytes`]): at the rate that filled it, a
+/// segment of the same size would roll over again as soon. Segments grow
+/// until one lasts this long, so a journal written slowly keeps small
+/// ones.
+pub const GROW_IF_FILLED_WITHIN: std::time::Duration = std::time::Duration::from_secs(4);
 
 /// Default cap on one write. Batches stop growing here because a bigger
 /// write no longer lowers the cost per byte on the devices we measured
@@ -109,8 +124,20 @@ pub enum BatchStart {
 /// Settings of a journal.
 #[derive(Debug, Clone)]
 pub struct JournalOptions {
-    /// Size of every segment file.
+    /// The largest segment file, and what bounds a record (see
+    /// [`JournalOptions::max_record_bytes`]). Segments start at
+    /// `first_segment_size_bytes` and grow up to this size while they fill
+    /// fast ([`GROW_IF_FILLED_WITHIN`]); a record larger than the next
+    /// spare gets a segment sized for it. Recycled segments keep their own
+    /// size. An existing journal whose segments are larger keeps them, and
+    /// its limit is the largest of them.
     pub segment_size_bytes: u64,
+    /// The size of the first segments a journal creates (the journal's
+    /// first segment and its spares; after each open, the first new ones):
+    /// a multiple of the block size. At least 4 blocks and at most
+    /// `segment_size_bytes` are used: the default, 1 MiB, with segments of
+    /// 1 MiB or less means every segment has the largest size.
+    pub first_segment_size_bytes: u64,
     /// How records are made durable. `None`: `odirect_dsync`, or `fdatasync`
     /// where the file system refuses direct I/O.
     pub method: Option<WriteMethod>,
@@ -151,6 +178,7 @@ impl Default for JournalOptions {
     fn default() -> Self {
         JournalOptions {
             segment_size_bytes: DEFAULT_SEGMENT_SIZE_BYTES,
+            first_segment_size_bytes: DEFAULT_FIRST_SEGMENT_SIZE_BYTES,
             method: None,
             block_size_bytes: 4096,
             max_write_bytes: DEFAULT_MAX_WRITE_BYTES,
@@ -166,11 +194,19 @@ impl Default for JournalOptions {
 
 impl JournalOptions {
     /// The largest record payload: a record never spans segments, so it must
-    /// fit in a segment after the header block.
+    /// fit in a segment of the largest size after the header block.
     pub fn max_record_bytes(&self) -> usize {
         (self.segment_size_bytes as usize)
             .saturating_sub(self.block_size_bytes + RECORD_HEADER_BYTES)
             .min(u32::MAX as usize)
+    }
+
+    /// The size of the first segments: `first_segment_size_bytes`, at least
+    /// 4 blocks, at most `segment_size_bytes`.
+    pub fn first_segment_bytes(&self) -> u64 {
+        self.first_segment_size_bytes
+            .max(4 * self.block_size_bytes as u64)
+            .min(self.segment_size_bytes)
     }
 
     fn validate(&self) -> Result<(), JournalError> {
@@ -187,6 +223,12 @@ impl JournalOptions {
             return bad(format!(
                 "segment size {} must be a multiple of the block size {} and at least 4 blocks",
                 self.segment_size_bytes, self.block_size_bytes
+            ));
+        }
+        if self.first_segment_size_bytes % self.block_size_bytes as u64 != 0 {
+            return bad(format!(
+                "first segment size {} must be a multiple of the block size {}",
+                self.first_segment_size_bytes, self.block_size_bytes
             ));
         }
         if !(1..=MAX_WRITES_IN_FLIGHT).contains(&self.writes_in_flight) {
@@ -441,17 +483,20 @@ impl Journal {
     /// the padding of batches that start on a fresh block: with
     /// `BatchStart::Auto` or `FreshBlock`, a batch takes at least a block), so
     /// that the next `bytes` of appends roll over without any segment being
-    /// created or recycled meanwhile. Returns how many segments it
-    /// prepared. For bulk loads and benchmarks: preparing a segment in the
-    /// background writes `segment_size` bytes of zeros, which competes with
-    /// the commits for the disk.
+    /// created or recycled meanwhile (unless a record is larger than the
+    /// next spare: it gets a segment made for it). The segments made here
+    /// are as large as the bytes still missing need, up to
+    /// `segment_size_bytes`, and at least the size the journal has grown
+    /// to. Returns how many segments it prepared. For bulk loads and
+    /// benchmarks: preparing a segment in the background writes its size in
+    /// zeros, which competes with the commits for the disk.
     pub fn preallocate(&self, bytes: u64) -> Result<usize, JournalError> {
-        writer::preallocate(&self.shared, bytes)
+        rollover::preallocate(&self.shared, bytes)
     }
 
     /// Allow the segments holding only records ≤ `upto` to be recycled.
     pub fn release(&self, upto: Lsn) {
-        writer::release(&self.shared, upto)
+        rollover::release(&self.shared, upto)
     }
 
     /// Durably discard every record after `lsn` (waits for queued records to
@@ -557,6 +602,8 @@ pub fn read_record(vfs: &dyn Vfs, path: &Path, info: &RecordInfo) -> Result<Vec<
 }
 
 #[cfg(test)]
+mod growth_tests;
+#[cfg(test)]
 mod hardening_tests;
 #[cfg(test)]
 mod tests;
@@ -591,6 +638,13 @@ pub mod fuzzing {
             let mut again = vec![0u8; super::SEGMENT_HEADER_BYTES];
             h.encode(&mut again);
             assert_eq!(&again[..], &bytes[..super::SEGMENT_HEADER_BYTES]);
+            // The extension after it: absent, or a size that encodes back
+            // to the same bytes.
+            if let Some(largest) = h.decode_largest(bytes) {
+                let mut again = vec![0u8; super::format::SEGMENT_HEADER_BLOCK_BYTES];
+                h.encode_with_largest(largest, &mut again);
+                assert_eq!(&again[..], &bytes[..again.len()]);
+            }
         }
     }
 

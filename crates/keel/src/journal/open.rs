@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use super::scan::{self, SegmentScan};
-use super::segments::{ReadySegment, SegmentSpec};
+use super::segments::{FreeFile, ReadySegment, SegmentSpec, Source, REPLACEMENT_SUFFIX};
 use super::writer::{self, SegMeta, Shared, State};
 use super::{Journal, JournalError, JournalOptions, Lsn, RecoveryMode, RecoveryReport};
 use crate::io::{IoError, OpenMode, OpenOptions, SyncKind, Vfs, WriteMethod};
@@ -33,7 +33,7 @@ pub(super) fn open(
         options.max_write_bytes,
         options.needed_from,
     )?;
-    adopt_existing_geometry(&found.segments, &mut options)?;
+    adopt_existing_geometry(&found, &mut options)?;
     let set_aside = match options.recovery_mode {
         RecoveryMode::RefuseCorruption => {
             refuse_corruption(&found)?;
@@ -44,14 +44,17 @@ pub(super) fn open(
     let spec = SegmentSpec {
         dir: dir.to_path_buf(),
         store_id: found.store_id.unwrap_or_else(rand::random),
-        segment_size: options.segment_size_bytes,
         block_size: options.block_size_bytes,
+        largest_segment_size: options.segment_size_bytes,
         max_write_bytes: options.max_write_bytes,
         torn_reach_bytes: found.tolerated_damage_bytes,
         method,
     };
+    remove_unfinished_replacements(vfs.as_ref(), dir)?;
     let (after_chain, next_lsn) = next_lsns(&found, options.needed_from);
-    let (active, pos, mut segments) = recover_chain(vfs.as_ref(), &spec, &found, next_lsn)?;
+    let first_size = options.first_segment_bytes();
+    let (active, pos, mut segments) =
+        recover_chain(vfs.as_ref(), &spec, &found, (next_lsn, first_size))?;
     let mut restarted = Vec::new();
     if next_lsn > after_chain && found.last_lsn.is_some() {
         // The chain's records are all below what the opener needs: the
@@ -61,7 +64,10 @@ pub(super) fn open(
         restarted = segments
             .drain(..)
             .filter(|s| s.seq != active.seq)
-            .map(|s| s.path)
+            .map(|s| FreeFile {
+                path: s.path,
+                size: s.size,
+            })
             .collect();
         segments.push(SegMeta {
             seq: active.seq,
@@ -69,6 +75,7 @@ pub(super) fn open(
             first_lsn: None,
             last_lsn: None,
             first_pos: pos,
+            size: active.size,
         });
     }
     let block = options.block_size_bytes as u64;
@@ -96,7 +103,7 @@ pub(super) fn open(
         set_aside,
         skipped: found.skipped.clone(),
     };
-    let mut state = State::new(next_lsn, salt, active, pos, tail, segments);
+    let mut state = State::new((next_lsn, salt), active, pos, tail, segments, first_size);
     state.spares = spares;
     state.free = free;
     prepare_spares(
@@ -138,7 +145,7 @@ pub(super) fn open_read_only(
     if found.segments.is_empty() {
         return Err(JournalError::NotAJournal(dir.to_path_buf()));
     }
-    adopt_existing_geometry(&found.segments, &mut options)?;
+    adopt_existing_geometry(&found, &mut options)?;
     if options.recovery_mode == RecoveryMode::RefuseCorruption {
         refuse_corruption(&found)?;
     }
@@ -147,8 +154,8 @@ pub(super) fn open_read_only(
     let spec = SegmentSpec {
         dir: dir.to_path_buf(),
         store_id: found.store_id.unwrap_or(0),
-        segment_size: options.segment_size_bytes,
         block_size: options.block_size_bytes,
+        largest_segment_size: options.segment_size_bytes,
         max_write_bytes: options.max_write_bytes,
         torn_reach_bytes: found.tolerated_damage_bytes,
         method,
@@ -168,6 +175,7 @@ pub(super) fn open_read_only(
         seq: last.seq,
         path: last.path.clone(),
         file,
+        size: last.file_len,
     };
     let segments = chain_metas(&chain, spec.block_size);
     let report = RecoveryReport {
@@ -184,7 +192,8 @@ pub(super) fn open_read_only(
     let block = spec.block_size as u64;
     let mut tail = vec![0u8; (pos % block) as usize];
     active.file.read_exact_at(&mut tail, pos / block * block)?;
-    let state = State::new(next_lsn, 0, active, pos, tail, segments);
+    let first_size = options.first_segment_bytes();
+    let state = State::new((next_lsn, 0), active, pos, tail, segments, first_size);
     let shared = Arc::new(Shared::new(vfs, spec, options, state, lock));
     let why = std::io::Error::from_raw_os_error(rustix::io::Errno::ROFS.raw_os_error());
     writer::stop_read_only(
@@ -197,6 +206,21 @@ pub(super) fn open_read_only(
         flusher: None,
         report,
     })
+}
+
+/// Remove what a crash left of a replacement of the active segment made
+/// under a temporary name (`SegmentSpec::replace`): never renamed, it was
+/// never a segment. Not synced: one that comes back goes at the next open.
+fn remove_unfinished_replacements(vfs: &dyn Vfs, dir: &Path) -> Result<(), JournalError> {
+    for name in vfs.read_dir(dir)? {
+        let unfinished = name
+            .strip_suffix(REPLACEMENT_SUFFIX)
+            .is_some_and(|seg| super::format::parse_segment_file_name(seg).is_some());
+        if unfinished {
+            vfs.remove_file(&dir.join(name))?;
+        }
+    }
+    Ok(())
 }
 
 /// The LSN after the chain's last record (or, when the chain holds none —
@@ -222,6 +246,7 @@ fn chain_metas(chain: &[&SegmentScan], block_size: usize) -> Vec<SegMeta> {
             first_lsn: s.records.first().map(|r| r.lsn),
             last_lsn: s.records.last().map(|r| r.lsn),
             first_pos: s.records.first().map_or(block_size as u64, |r| r.pos),
+            size: s.file_len,
         })
         .collect()
 }
@@ -246,8 +271,8 @@ fn method_for(
     Ok((method, fallback))
 }
 
-/// Prepare spare segments (reusing free ones first) until `state` has
-/// `count`.
+/// Prepare spare segments (reusing free ones of the first size or larger
+/// first) until `state` has `count`.
 fn prepare_spares(
     vfs: &dyn Vfs,
     spec: &SegmentSpec,
@@ -257,10 +282,10 @@ fn prepare_spares(
 ) -> Result<(), JournalError> {
     while state.spares.len() < count {
         let seq = state.spares.back().map_or(state.active.seq, |s| s.seq) + 1;
-        let old = state.free.pop_front();
+        let source = Source::choose(&mut state.free, state.next_size);
         state
             .spares
-            .push_back(spec.prepare(vfs, seq, old.as_deref(), next_lsn)?);
+            .push_back(spec.prepare(vfs, seq, &source, next_lsn)?);
     }
     Ok(())
 }
@@ -279,7 +304,7 @@ fn start_threads(
             .spawn(move || f(s))
             .map_err(|e| IoError::os("spawn thread", dir, e))
     };
-    let preparer = spawn("keel-journal-prep", writer::preparer_loop)?;
+    let preparer = spawn("keel-journal-prep", super::rollover::preparer_loop)?;
     let flusher = spawn("keel-journal-cb", writer::flusher_loop)?;
     Ok(Journal {
         shared,
@@ -290,23 +315,24 @@ fn start_threads(
 }
 
 /// The active segment, the append position and the segments of the
-/// recovered chain — made durable first: a new journal gets segment 1; an
-/// existing chain has every segment synced.
+/// recovered chain — made durable first: a new journal gets segment 1, of
+/// `first_size` bytes; an existing chain has every segment synced.
 fn recover_chain(
     vfs: &dyn Vfs,
     spec: &SegmentSpec,
     found: &scan::Scan,
-    next_lsn: u64,
+    (next_lsn, first_size): (u64, u64),
 ) -> Result<(ReadySegment, u64, Vec<SegMeta>), JournalError> {
     let chain: Vec<&SegmentScan> = found.segments.iter().filter(|s| s.in_chain).collect();
     let Some(last) = chain.last() else {
-        let seg = spec.create(vfs, 1, next_lsn)?;
+        let seg = spec.create(vfs, 1, next_lsn, first_size)?;
         let meta = SegMeta {
             seq: 1,
             path: seg.path.clone(),
             first_lsn: None,
             last_lsn: None,
             first_pos: spec.block_size as u64,
+            size: seg.size,
         };
         return Ok((seg, spec.block_size as u64, vec![meta]));
     };
@@ -321,7 +347,11 @@ fn recover_chain(
     }
     vfs.sync_dir(&spec.dir)?;
     let metas = chain_metas(&chain, spec.block_size);
-    Ok((spec.open(vfs, last.seq)?, last.end_pos, metas))
+    Ok((
+        spec.open(vfs, last.seq, last.file_len)?,
+        last.end_pos,
+        metas,
+    ))
 }
 
 /// Where a torn first write left records of the recovered epoch in the
@@ -338,7 +368,7 @@ fn zero_leftovers_after_chain(
     };
     if let Some(spare) = spares.iter().find(|s| s.seq == seq) {
         let block = spec.block_size as u64;
-        let end = (block + spec.torn_reach_bytes).min(spec.segment_size);
+        let end = (block + spec.torn_reach_bytes).min(spare.size);
         super::truncate::zero_durably(spec, spare.file.as_ref(), block, end, &[])?;
     }
     Ok(())
@@ -363,24 +393,18 @@ fn finish_pending_cut(
         return Ok(());
     };
     let block = spec.block_size as u64;
-    super::truncate::zero_durably(
-        spec,
-        active.file.as_ref(),
-        tail_start,
-        spec.segment_size,
-        tail,
-    )?;
+    super::truncate::zero_durably(spec, active.file.as_ref(), tail_start, active.size, tail)?;
     for spare in spares {
-        super::truncate::zero_durably(spec, spare.file.as_ref(), block, spec.segment_size, &[])?;
+        super::truncate::zero_durably(spec, spare.file.as_ref(), block, spare.size, &[])?;
     }
     let marked = found
         .segments
         .iter()
         .find(|s| s.seq == cut.seq)
-        .and_then(|s| s.header.ok());
-    if let (Some(h), true) = (marked, vfs.exists(&spec.path(cut.seq))?) {
-        let file = spec.open(vfs, cut.seq)?.file;
-        spec.write_header(file.as_ref(), cut.seq, h.base_lsn, 0)?;
+        .and_then(|s| s.header.ok().map(|h| (h, s.file_len)));
+    if let (Some((h, size)), true) = (marked, vfs.exists(&spec.path(cut.seq))?) {
+        let file = spec.open(vfs, cut.seq, size)?.file;
+        spec.write_header(file.as_ref(), (cut.seq, size), h.base_lsn, 0)?;
     }
     Ok(())
 }
@@ -487,11 +511,17 @@ fn choose_method(
     }
 }
 
-/// An existing journal keeps the block and segment size it was made with.
+/// An existing journal keeps the block size it was made with, and its
+/// largest segment size (which bounds its records: a store's values are
+/// read with that limit): the one its headers record, or the largest
+/// segment's if that is larger; for a journal whose headers do not record
+/// one (written before they did), the largest segment's — every segment
+/// of such a journal has the size it was made with.
 fn adopt_existing_geometry(
-    segments: &[SegmentScan],
+    found: &scan::Scan,
     options: &mut JournalOptions,
 ) -> Result<(), JournalError> {
+    let segments = &found.segments;
     if let Some(h) = segments.iter().find_map(|s| s.header.ok()) {
         if h.block_size as usize != options.block_size_bytes {
             let seg = segments.iter().find(|s| s.header.is_ok()).expect("segment");
@@ -501,12 +531,19 @@ fn adopt_existing_geometry(
                 found: h.block_size as usize,
             });
         }
-        options.segment_size_bytes = h.segment_size;
+    }
+    let largest_file = segments
+        .iter()
+        .filter_map(|s| s.header.ok())
+        .map(|h| h.segment_size)
+        .max();
+    if let Some(size) = found.largest_segment_size.max(largest_file) {
+        options.segment_size_bytes = size;
     }
     Ok(())
 }
 
-type Leftovers = (VecDeque<ReadySegment>, VecDeque<std::path::PathBuf>);
+type Leftovers = (VecDeque<ReadySegment>, VecDeque<FreeFile>);
 
 /// Segments after the active one with valid headers and consecutive
 /// sequence numbers are spares, ready to use. Older files are recycled
@@ -530,18 +567,24 @@ fn classify_leftovers(
         let expected_next = spares.back().map_or(active.seq, |s: &ReadySegment| s.seq) + 1;
         let usable = seg
             .header
-            .is_ok_and(|h| h.seq == seg.seq && h.segment_size == spec.segment_size)
-            && seg.file_len == spec.segment_size;
+            .is_ok_and(|h| h.seq == seg.seq && h.segment_size == seg.file_len);
+        // A file below the chain of a length no segment has is not one of
+        // ours: it goes.
+        let block = spec.block_size as u64;
+        let recyclable = seg.file_len % block == 0 && seg.file_len >= 4 * block;
         if seg.seq == expected_next && usable {
             // Its header may be readable only from the page cache (a
             // process crash while it was written): make it durable before
             // records go in, or a power cut could blank it and cut the
             // chain in front of acknowledged records.
-            let spare = spec.open(vfs, seg.seq)?;
+            let spare = spec.open(vfs, seg.seq, seg.file_len)?;
             spare.file.sync(SyncKind::Data)?;
             spares.push_back(spare);
-        } else if seg.seq < first_chain && seg.file_len == spec.segment_size {
-            free.push_back(seg.path.clone());
+        } else if seg.seq < first_chain && recyclable {
+            free.push_back(FreeFile {
+                path: seg.path.clone(),
+                size: seg.file_len,
+            });
         } else if seg.seq != active.seq {
             vfs.remove_file(&seg.path)?;
             removed = true;

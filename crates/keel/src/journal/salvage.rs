@@ -68,6 +68,9 @@ pub(crate) struct JournalSalvage {
     pub segments: Vec<SegmentFile>,
     /// The store id the valid segment headers carry.
     pub store_id: Option<u64>,
+    /// The largest segment size the headers record (see
+    /// [`super::Scan::largest_segment_size`]).
+    pub largest_segment_size: Option<u64>,
     /// Every record found, in file order (segment, then offset).
     found: Vec<Found>,
     /// Indexes into `found` of recovery's chain, in LSN order.
@@ -97,6 +100,7 @@ impl JournalSalvage {
         let scan = super::inspect(vfs, dir)?;
         let mut out = JournalSalvage {
             store_id: scan.store_id,
+            largest_segment_size: scan.largest_segment_size,
             notes: notes(&scan),
             ..JournalSalvage::default()
         };

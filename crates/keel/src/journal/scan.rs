@@ -16,7 +16,8 @@ use std::sync::Arc;
 
 use super::format::{
     parse_segment_file_name, HeaderError, RecordError, RecordHeader, SegmentHeader,
-    FLAG_EPOCH_START, RECORD_HEADER_BYTES, RH_SALT, RH_SEQ, SEGMENT_HEADER_BYTES,
+    FLAG_EPOCH_START, RECORD_HEADER_BYTES, RH_SALT, RH_SEQ, SEGMENT_HEADER_BLOCK_BYTES,
+    SEGMENT_HEADER_BYTES,
 };
 use super::{JournalError, Lsn};
 use crate::io::{OpenMode, OpenOptions, Vfs, VfsFile};
@@ -196,6 +197,11 @@ pub struct Scan {
     /// Segment files that an earlier open set aside (renamed to
     /// `….seg.damaged`) because their headers were damaged below the chain.
     pub set_aside: Vec<PathBuf>,
+    /// The largest segment size the journal's headers record (in their
+    /// extension; the largest if they differ): the size that bounds its
+    /// segments and records, which an open keeps. `None` for a journal
+    /// written before headers recorded it.
+    pub largest_segment_size: Option<u64>,
     /// The segment right after the chain's last one, when it holds records
     /// of the chain's last epoch beyond the chain's end: the first write
     /// into it was torn, and the records that landed were never
@@ -455,6 +461,7 @@ struct ChainWalk {
 struct HeaderFacts {
     largest_write_bytes: usize,
     pending_cut: Option<PendingCut>,
+    largest_segment_size: Option<u64>,
 }
 
 /// Scan every segment in `dir`. How far past the chain's end a crash can
@@ -599,6 +606,7 @@ fn scan_at(
     let tolerated_damage_bytes = super::tolerated_damage_bytes(facts.largest_write_bytes);
     let mut out = Scan::empty(tolerated_damage_bytes, list_set_aside(vfs, dir)?);
     out.pending_cut = facts.pending_cut;
+    out.largest_segment_size = facts.largest_segment_size;
     let mut chain = ChainWalk::new();
     let mut bad_before_chain = None;
     let mut claims = Claims::default();
@@ -676,8 +684,9 @@ fn scan_at(
 
 /// Read every segment's header: the largest `max_write_bytes` any states
 /// (and `at_least`: a crash of whichever opener wrote them can have left
-/// that much torn per write in flight), and the truncation a header marks
-/// as not finished, if any.
+/// that much torn per write in flight), the truncation a header marks as
+/// not finished, if any, and the largest segment size the headers'
+/// extensions record.
 fn header_facts(
     vfs: &dyn Vfs,
     segments: &[(u64, PathBuf)],
@@ -686,10 +695,11 @@ fn header_facts(
     let mut facts = HeaderFacts {
         largest_write_bytes: at_least,
         pending_cut: None,
+        largest_segment_size: None,
     };
     for (seq, path) in segments {
         let file = open_for_read(vfs, path)?;
-        let mut head = [0u8; SEGMENT_HEADER_BYTES];
+        let mut head = [0u8; SEGMENT_HEADER_BLOCK_BYTES];
         let n = file.read_at(&mut head, 0)?;
         let header = SegmentHeader::decode(&head[..n]);
         if let Err(HeaderError::UnsupportedVersion(version)) = header {
@@ -702,6 +712,9 @@ fn header_facts(
         }
         if let Ok(h) = header {
             facts.largest_write_bytes = facts.largest_write_bytes.max(h.max_write_bytes as usize);
+            if let Some(largest) = h.decode_largest(&head[..n]) {
+                facts.largest_segment_size = facts.largest_segment_size.max(Some(largest));
+            }
             if h.cut_from != 0 && h.seq == *seq {
                 // One truncation runs at a time, and each clears its mark
                 // before the journal goes on: at most one is pending. Were
@@ -737,6 +750,7 @@ impl Scan {
             tolerated_damage_bytes,
             set_aside,
             leftover_after_chain: None,
+            largest_segment_size: None,
             pending_cut: None,
             skipped: Vec::new(),
         }

@@ -80,17 +80,20 @@ fn truncate_quiet(shared: &Shared, st: &mut State, lsn: Lsn) -> Result<(), Journ
     } else {
         SegmentHeader::decode(&bytes).map_or(lsn + 1, |h| h.base_lsn)
     };
-    let file = shared.spec.open(shared.vfs.as_ref(), seq)?.file;
+    let size = st.segments[idx].size;
+    let file = shared.spec.open(shared.vfs.as_ref(), seq, size)?.file;
     shared
         .spec
-        .write_header(file.as_ref(), seq, base, lsn + 1)?;
+        .write_header(file.as_ref(), (seq, size), base, lsn + 1)?;
     // Zero from the cut to the end of what was written, in this segment and
     // every later one — backwards, from the last block written to the cut.
     // A crash part-way then leaves an intact prefix of the old chain followed
     // only by zeros: never a stale record beyond a zeroed gap, where a later
     // epoch's appends could run into it and take it as their continuation.
     zero_from_cut(shared, st, idx, cut_block, &tail)?;
-    shared.spec.write_header(file.as_ref(), seq, base, 0)?;
+    shared
+        .spec
+        .write_header(file.as_ref(), (seq, size), base, 0)?;
     // Later segments become spares again (their headers are intact). Open
     // every file before changing any state: a failure poisons the journal,
     // which must still be consistent.
@@ -188,7 +191,10 @@ fn zero_from_cut(
         let file = if seg.seq == st.active.seq {
             Arc::clone(&st.active.file)
         } else {
-            shared.spec.open(shared.vfs.as_ref(), seg.seq)?.file
+            shared
+                .spec
+                .open(shared.vfs.as_ref(), seg.seq, seg.size)?
+                .file
         };
         let start = if i == 0 { cut_block } else { block };
         // In the active segment, past the append position too: a torn
@@ -196,9 +202,9 @@ fn zero_from_cut(
         // epoch that the cut chain now ends in.
         let end = if seg.seq == st.active.seq {
             let reach = shared.spec.torn_reach_bytes;
-            (st.pos + reach).min(shared.spec.segment_size)
+            (st.pos + reach).min(seg.size)
         } else {
-            shared.spec.segment_size
+            seg.size
         };
         let end = end.div_ceil(block) * block;
         zero_durably(
@@ -224,12 +230,13 @@ fn reopen_from(
         if seg.seq == st.active.seq {
             spares.push_back(st.active.clone());
         } else {
-            spares.push_back(shared.spec.open(shared.vfs.as_ref(), seg.seq)?);
+            spares.push_back(shared.spec.open(shared.vfs.as_ref(), seg.seq, seg.size)?);
         }
     }
+    let target = &st.segments[idx];
     let active = shared
         .spec
-        .open(shared.vfs.as_ref(), st.segments[idx].seq)?;
+        .open(shared.vfs.as_ref(), target.seq, target.size)?;
     Ok((spares, active))
 }
 

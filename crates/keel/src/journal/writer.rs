@@ -38,12 +38,14 @@ use std::panic::{self, AssertUnwindSafe};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::time::Instant;
 
 use crossbeam_epoch::{self as epoch, Atomic, Owned, Shared as EpochPtr};
 
 use super::format::{lz4_encode, RecordHeader, FLAG_EPOCH_START, FLAG_LZ4, RECORD_HEADER_BYTES};
 use super::leader::{poison_result, wait_batch, Flight};
-use super::segments::{ReadySegment, SegmentSpec};
+use super::rollover;
+use super::segments::{FreeFile, ReadySegment, SegmentSpec};
 use super::{BatchStart, JournalError, JournalOptions, JournalStats, Lsn};
 use crate::bell::Bell;
 use crate::io::{AlignedBuf, IoError, LockGuard, Vfs, VfsFile};
@@ -80,6 +82,8 @@ pub(super) struct SegMeta {
     /// Where its first record lies: the first block, unless the chain
     /// resumed past damage in it (`scan::scan_needing`).
     pub first_pos: u64,
+    /// The file's length in bytes.
+    pub size: u64,
 }
 
 /// The open batch: committers reserve ranges of `buf` concurrently.
@@ -92,6 +96,8 @@ pub(super) struct Slab {
     epoch_start: bool,
     /// Where `buf[0]` goes in the segment file (block-aligned).
     pub(super) offset: u64,
+    /// The segment file's length: no write goes past it.
+    pub(super) segment_size: u64,
     /// Reservations must end at or before this many bytes of `buf`.
     capacity: usize,
     pub(super) file: Arc<dyn VfsFile>,
@@ -260,7 +266,13 @@ pub(super) struct State {
     pub segments: Vec<SegMeta>,
     pub spares: VecDeque<ReadySegment>,
     /// Old segment files waiting to be recycled into spares.
-    pub free: VecDeque<PathBuf>,
+    pub free: VecDeque<FreeFile>,
+    /// The size of the next segment made new (or recycled: a free file at
+    /// least this large): doubles, up to the largest segment size, when
+    /// the active segment filled within `GROW_IF_FILLED_WITHIN`.
+    pub next_size: u64,
+    /// When appends moved into the active segment (or the journal opened).
+    pub(super) active_since: Instant,
     pub released: Lsn,
     pub(super) poisoned: Option<Arc<IoError>>,
     pub(super) callbacks: Vec<(u64, Lsn, Callback)>,
@@ -269,10 +281,10 @@ pub(super) struct State {
     /// notify nobody waits for is still a futex call, and `on_durable`
     /// comes once per store commit group).
     pub(super) flusher_waiting: bool,
-    shutdown: bool,
+    pub(super) shutdown: bool,
     /// A spare is being prepared (by the preparer or `preallocate`): one at
     /// a time, so two never pick the same sequence number.
-    preparing: bool,
+    pub(super) preparing: bool,
     pub(super) stats: JournalStats,
 }
 
@@ -410,12 +422,12 @@ impl Shared {
 
 impl State {
     pub(super) fn new(
-        next_lsn: Lsn,
-        salt: u32,
+        (next_lsn, salt): (Lsn, u32),
         active: ReadySegment,
         pos: u64,
         tail: Vec<u8>,
         segments: Vec<SegMeta>,
+        first_size: u64,
     ) -> State {
         State {
             next_lsn,
@@ -433,6 +445,8 @@ impl State {
             segments,
             spares: VecDeque::new(),
             free: VecDeque::new(),
+            next_size: first_size,
+            active_since: Instant::now(),
             released: 0,
             poisoned: None,
             callbacks: Vec::new(),
@@ -706,21 +720,27 @@ pub(super) fn retire(shared: &Shared, st: &mut State, slab: &Arc<Slab>, records:
 }
 
 /// Install the next open batch at the append position, rolling over to a
-/// new segment first if a record of `need` bytes would not fit in this one.
-/// The mutex is released while waiting for a spare segment.
+/// new segment first if a record of `need` bytes would not fit in this one
+/// (or, when this one holds no record, replacing it by one that holds the
+/// record). The mutex is released while waiting for a spare segment or
+/// making one.
 pub(super) fn install_room<'a>(
     shared: &'a Shared,
     mut st: MutexGuard<'a, State>,
     need: usize,
 ) -> Result<MutexGuard<'a, State>, JournalError> {
-    let rolled = batch_start(shared, &st) + need as u64 > shared.spec.segment_size;
-    if rolled {
-        st = roll_over(shared, st)?;
+    let moved = batch_start(shared, &st) + need as u64 > st.active.size;
+    if moved {
+        if rollover::active_is_empty(shared, &st) {
+            st = rollover::replace_empty_active(shared, st, need)?;
+        } else {
+            st = rollover::roll_over(shared, st, need)?;
+        }
     }
     install_slab(shared, &mut st, need);
-    if rolled {
-        // Committers that found no open batch wait for this one; the
-        // preparer has a spare to replace.
+    if moved {
+        // Committers that found no open batch while the mutex was released
+        // wait for this one; the preparer may have a spare to replace.
         shared.spare_cv.notify_all();
     }
     Ok(st)
@@ -742,7 +762,7 @@ pub(super) fn install_slab(shared: &Shared, st: &mut State, need: usize) {
     let offset = st.pos / block as u64 * block as u64;
     let prefix = (st.pos - offset) as usize;
     debug_assert_eq!(prefix, st.tail.len());
-    let room = (shared.spec.segment_size - offset) as usize;
+    let room = (st.active.size - offset) as usize;
     let capacity = shared.options.max_write_bytes.max(prefix + need).min(room);
     let buf_len = capacity.div_ceil(block).max(1) * block;
     let mut buf = match st.pool.iter().position(|b| b.len() >= buf_len) {
@@ -760,6 +780,7 @@ pub(super) fn install_slab(shared: &Shared, st: &mut State, need: usize) {
         salt: st.salt,
         epoch_start: st.epoch_start_pending,
         offset,
+        segment_size: st.active.size,
         capacity,
         file: Arc::clone(&st.active.file),
         buf: UnsafeCell::new(Some(buf)),
@@ -789,43 +810,6 @@ fn batch_start(shared: &Shared, st: &State) -> u64 {
     } else {
         st.pos
     }
-}
-
-/// Switch appends to the next prepared segment, waiting for the preparer
-/// only if it has fallen behind. The open batch has been retired.
-fn roll_over<'a>(
-    shared: &'a Shared,
-    mut st: MutexGuard<'a, State>,
-) -> Result<MutexGuard<'a, State>, JournalError> {
-    if st.spares.is_empty() {
-        st.stats.rollover_waits += 1;
-    }
-    loop {
-        if let Some(e) = &st.poisoned {
-            return Err(JournalError::Poisoned(e.clone()));
-        }
-        if !st.spares.is_empty() {
-            break;
-        }
-        shared.spare_cv.notify_all();
-        st = shared.spare_cv.wait(st).unwrap_or_else(|p| p.into_inner());
-    }
-    let next = st.spares.pop_front().expect("spare");
-    debug_assert_eq!(next.seq, st.active.seq + 1);
-    st.segments.push(SegMeta {
-        seq: next.seq,
-        path: next.path.clone(),
-        first_lsn: None,
-        last_lsn: None,
-        first_pos: shared.spec.block_size as u64,
-    });
-    st.active = next;
-    st.pos = shared.spec.block_size as u64;
-    st.tail.clear();
-    st.padded_to_block = false;
-    st.stats.rollovers += 1;
-    shared.spare_cv.notify_all();
-    Ok(st)
 }
 
 /// Poison the journal and wake every thread that waits on it: committers,
@@ -911,111 +895,6 @@ fn run_callbacks(shared: &Shared, callbacks: &mut Vec<(u64, Lsn, Callback)>) {
             }
         };
         let _ = panic::catch_unwind(AssertUnwindSafe(|| cb(result.map(|_| lsn))));
-    }
-}
-
-/// The preparer thread: keeps `spare_segments` prepared segments ahead of
-/// the active one, recycling released files first.
-pub(super) fn preparer_loop(shared: Arc<Shared>) {
-    let mut st = shared.lock();
-    loop {
-        while !st.shutdown
-            && st.poisoned.is_none()
-            && (st.preparing || st.spares.len() >= shared.options.spare_segments)
-        {
-            st = shared.spare_cv.wait(st).unwrap_or_else(|p| p.into_inner());
-        }
-        if st.shutdown || st.poisoned.is_some() {
-            return;
-        }
-        st = prepare_one(&shared, st);
-    }
-}
-
-/// Prepare the next spare segment (recycling a free file if there is one)
-/// with the mutex released meanwhile. Poisons the journal on failure.
-fn prepare_one<'a>(shared: &'a Shared, mut st: MutexGuard<'a, State>) -> MutexGuard<'a, State> {
-    st.preparing = true;
-    let seq = st.spares.back().map_or(st.active.seq, |s| s.seq) + 1;
-    let old = st.free.pop_front();
-    let base_lsn = st.next_lsn;
-    drop(st);
-    let result = shared
-        .spec
-        .prepare(shared.vfs.as_ref(), seq, old.as_deref(), base_lsn);
-    let mut st = shared.lock();
-    st.preparing = false;
-    match result {
-        Ok(seg) => {
-            if old.is_some() {
-                st.stats.segments_recycled += 1;
-            } else {
-                st.stats.segments_created += 1;
-            }
-            st.spares.push_back(seg);
-            shared.spare_cv.notify_all();
-            st
-        }
-        // A failed preparation may have left a half-made file; the journal
-        // cannot roll over, so stop it like a failed write.
-        Err(e) => {
-            let e = match e {
-                JournalError::Io(e) => e,
-                _ => Arc::new(IoError::Crashed),
-            };
-            poison_all(shared, st, e);
-            shared.lock()
-        }
-    }
-}
-
-/// Prepare spare segments now, in the calling thread, until the spares can
-/// hold `bytes` more bytes of records (see [`super::Journal::preallocate`]).
-pub(super) fn preallocate(shared: &Shared, bytes: u64) -> Result<usize, JournalError> {
-    let per_segment = shared.spec.segment_size - shared.spec.block_size as u64;
-    let wanted = bytes.div_ceil(per_segment) as usize;
-    let mut made = 0;
-    let mut st = shared.lock();
-    loop {
-        if let Some(e) = &st.poisoned {
-            return Err(JournalError::Poisoned(e.clone()));
-        }
-        if st.preparing {
-            st = shared.spare_cv.wait(st).unwrap_or_else(|p| p.into_inner());
-            continue;
-        }
-        if st.spares.len() >= wanted {
-            return Ok(made);
-        }
-        st = prepare_one(shared, st);
-        made += 1;
-    }
-}
-
-/// Mark segments whose records are all ≤ `upto` as free for recycling —
-/// but never the active one, nor any segment until a later one holds a
-/// durable record (so recovery always finds the current LSN).
-pub(super) fn release(shared: &Shared, upto: Lsn) {
-    let durable = shared.durable_lsn();
-    let mut st = shared.lock();
-    st.released = st.released.max(upto);
-    let active_seq = st.active.seq;
-    let mut freed = false;
-    while st.segments.len() > 1 {
-        let first = &st.segments[0];
-        let next = &st.segments[1];
-        let done = first.last_lsn.is_none_or(|l| l <= upto.min(durable));
-        let later_durable = next.first_lsn.is_some_and(|f| f <= durable);
-        if first.seq == active_seq || !done || !later_durable {
-            break;
-        }
-        let seg = st.segments.remove(0);
-        st.free.push_back(seg.path);
-        freed = true;
-    }
-    drop(st);
-    if freed {
-        shared.spare_cv.notify_all();
     }
 }
 

@@ -23,13 +23,16 @@ pub type Tables = BTreeMap<String, BTreeMap<Vec<u8>, Vec<u8>>>;
 pub const TABLES: [&str; 4] = ["alpha", "beta", "gamma", "delta"];
 
 /// Options for tests: small journal segments (so checkpoints recycle
-/// them), no background thread (checkpoints come from the workload), and
-/// folds written in parts of a few pages (crashes land between parts).
+/// them; of 16 and 32 KiB, so that segments of both sizes are made,
+/// recycled and replaced), no background thread (checkpoints come from the
+/// workload), and folds written in parts of a few pages (crashes land
+/// between parts).
 pub fn builder(vfs: Arc<dyn Vfs>) -> Builder {
     Database::builder()
         .vfs(vfs)
         .journal(JournalOptions {
             segment_size_bytes: 32 << 10,
+            first_segment_size_bytes: 16 << 10,
             ..JournalOptions::default()
         })
         .cache_bytes(256 << 10)

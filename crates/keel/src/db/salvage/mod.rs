@@ -353,7 +353,8 @@ fn replay(
 }
 
 /// Create the new store: the damaged one's page size, and its journal's
-/// segment size unless the options give one.
+/// largest segment size (the one its headers record, or its largest
+/// segment's) unless the options give one.
 fn create_target(
     vfs: &Arc<dyn Vfs>,
     to: &Path,
@@ -362,11 +363,10 @@ fn create_target(
     options: &SalvageOptions,
 ) -> Result<Database> {
     let segment_size_bytes = options.segment_size_bytes.unwrap_or_else(|| {
+        let largest_file = journal.segments.iter().filter_map(|s| s.segment_size).max();
         journal
-            .segments
-            .iter()
-            .filter_map(|s| s.segment_size)
-            .max()
+            .largest_segment_size
+            .max(largest_file)
             .unwrap_or(DEFAULT_SEGMENT_SIZE_BYTES)
     });
     Database::builder()
