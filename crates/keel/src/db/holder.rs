@@ -192,9 +192,9 @@ fn holder_of(vfs: &dyn Vfs, dir: &Path) -> LockHolder {
                 read_only: shared.read_only,
             };
         }
-        let readers = lock(&shared.published.view).readers.values().sum();
+        let [begun, ended] = shared.read_txns.sum();
         return LockHolder::ClosedDatabase {
-            read_transactions: readers,
+            read_transactions: begun.saturating_sub(ended) as usize,
         };
     }
     match lock_file_pid(vfs, &dir.join(super::LOCK_FILE)) {

@@ -612,6 +612,7 @@ impl std::fmt::Debug for ReadTxn {
 
 impl ReadTxn {
     pub(crate) fn begin(shared: &Arc<Shared>) -> ReadTxn {
+        shared.read_txns.add(0, 1);
         ReadTxn {
             lease: shared.lease(),
         }
@@ -682,6 +683,12 @@ pub(super) fn collect_names(path: &Path, it: Iter<'_>) -> Result<Vec<String>> {
         })
     })
     .collect()
+}
+
+impl Drop for ReadTxn {
+    fn drop(&mut self) {
+        self.lease.shared.read_txns.add(1, 1);
+    }
 }
 
 /// How many entries `it` yields (the first error, if any).

@@ -258,6 +258,9 @@ pub(crate) struct Shared {
     /// Each thread stripe's lease of the published snapshot
     /// (`Shared::lease`).
     pub(super) leases: super::view::Leases,
+    /// Read transactions begun and ended (counted per thread: see
+    /// `crate::stripe`); their difference is how many live.
+    pub(super) read_txns: crate::stripe::Striped<2>,
     pub(super) space: Mutex<Space>,
     /// One checkpoint at a time.
     pub(super) ckpt_run: Mutex<()>,
@@ -691,6 +694,7 @@ impl Shared {
             group_spares: Arc::default(),
             published: Arc::new(Published::new(Arc::clone(&base), meta.checkpoint_lsn)),
             leases: super::view::leases(),
+            read_txns: Default::default(),
             space: Mutex::new(space),
             ckpt_run: Mutex::new(()),
             ckpt: Mutex::new(CkptCtl::default()),
