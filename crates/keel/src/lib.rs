@@ -26,6 +26,11 @@ mod stripe;
 #[cfg(doctest)]
 pub struct StoreGuideExamples;
 
+/// The examples of `docs/salvage.md`, compiled and run as doctests.
+#[doc = include_str!("../../../docs/salvage.md")]
+#[cfg(doctest)]
+pub struct SalvageGuideExamples;
+
 /// The allocator the `keel` binary uses, for the library's own tests and
 /// measurements (glibc's malloc spent a memtable insert's time trimming
 /// and consolidating freed nodes).

@@ -9,7 +9,7 @@
 //! acknowledged ones, exactly — and `Database::salvage` must recover every
 //! commit the files prove into a store that passes `check`, reporting as
 //! lost exactly what was damaged. The table and why each cell is what it
-//! is: `docs/testing.md`, "The damage matrix".
+//! is: `docs/testing-store.md`, "The damage matrix".
 
 mod matrix;
 

@@ -1,5 +1,5 @@
 //! The damage matrix: what is damaged (a row) × where (a column), each cell
-//! with the outcome `docs/testing.md` ("The damage matrix") promises. This
+//! with the outcome `docs/testing-store.md` ("The damage matrix") promises. This
 //! module builds the stores and damages them; `damage_matrix.rs` checks
 //! each cell through the library, and `crates/keel-cli/tests/
 //! db_damage_matrix.rs` (which includes this file by path, so the two run
@@ -182,7 +182,7 @@ use Loss::*;
 use Open::*;
 use Row::*;
 
-/// The matrix, as `docs/testing.md` ("The damage matrix") states it, with
+/// The matrix, as `docs/testing-store.md` ("The damage matrix") states it, with
 /// why each cell is what it is.
 #[rustfmt::skip]
 pub const MATRIX: [Cell; 24] = [
