@@ -1,8 +1,8 @@
 //! fjall (an LSM-tree in Rust), one keyspace.
 //!
-//! Durability: by default fjall's write batches only flush to OS buffers
-//! (its documentation: "operations flush to OS buffers but not to disk");
-//! a batch made with `.durability(Some(PersistMode::SyncAll))` syncs the
+//! Durability: by default fjall's write batches only reach the operating
+//! system's buffers (its builder's documentation: batches "automatically
+//! flush data to the operating system", not to the disk); a batch made with `.durability(Some(PersistMode::SyncAll))` syncs the
 //! journal (fsync) before `commit` returns — the mode fjall documents as
 //! the strongest guarantee. (`--fjall-sync data` uses `SyncData`, an
 //! fdatasync, as the protocol's reference figures did.) The journal sync

@@ -1,8 +1,9 @@
 //! redb, with its defaults.
 //!
 //! Durability: `Durability::Immediate`, redb's default: a commit is
-//! persistent when `commit` returns (redb writes the pages, syncs, writes
-//! the commit slot and syncs again). redb has one write transaction at a
+//! persistent when `commit` returns (by default a one-phase commit: the
+//! pages and a checksummed commit slot written, then one sync; two-phase
+//! commit, which syncs twice, is opt-in). redb has one write transaction at a
 //! time: `begin_write` blocks while another is open, so concurrent
 //! committers queue, each commit synced on its own (no group commit).
 //! Cache size and page size are redb's defaults.
