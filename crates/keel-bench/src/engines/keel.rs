@@ -46,7 +46,7 @@ impl KeelEngine {
         }
         .with_context(|| format!("opening a keel store in {}", path.display()))?;
         if create {
-            let mut txn = db.begin_write()?;
+            let txn = db.begin_write()?;
             txn.open_table(TABLE)?;
             txn.commit()?;
         }
@@ -72,7 +72,7 @@ struct KeelWorker<'a> {
 
 impl Worker for KeelWorker<'_> {
     fn commit(&mut self, puts: &[Put<'_>]) -> Result<()> {
-        let mut txn = self.db.begin_write()?;
+        let txn = self.db.begin_write()?;
         {
             let mut table = txn.open_table(TABLE)?;
             for (k, v) in puts {
