@@ -420,7 +420,7 @@ impl Shared {
         Writing {
             gen: sp.durable_gen + 1,
             page_count: sp.meta.page_count,
-            out: PageWriter::new(self.page_writes.as_ref(), self.page_size.bytes()),
+            out: PageWriter::new(self.data.as_ref(), self.page_size.bytes()),
             pages: 0,
             parts: 0,
         }

@@ -238,9 +238,6 @@ pub(crate) struct Shared {
     pub read_only: bool,
     pub page_size: PageSize,
     pub data: Arc<dyn VfsFile>,
-    /// What checkpoints write pages through: the data file opened again
-    /// with `O_DIRECT` where it can be (see `pagewrite`), else `data`.
-    pub(super) page_writes: Arc<dyn VfsFile>,
     pub cache: PageCache,
     pub journal: Journal,
     /// The writer's state, taken by a write transaction (or a checkpoint)
@@ -673,11 +670,6 @@ impl Shared {
             frozen: None,
             gen: 0,
         });
-        let page_writes = if read_only {
-            Arc::clone(&data)
-        } else {
-            open_page_writes(vfs.as_ref(), &path, ps, &data)
-        };
         let placement = Placement::find(&options.background_cpus, dir, &allowed_cpus())
             .map_err(DbError::BadOptions)?;
         let shared = Shared {
@@ -685,7 +677,6 @@ impl Shared {
             read_only,
             page_size: ps,
             data,
-            page_writes,
             cache,
             journal,
             writer: Mutex::new(Slot::default()),
@@ -956,29 +947,6 @@ impl Shared {
             self.request_checkpoint();
         }
     }
-}
-
-/// The data file opened again with `O_DIRECT`, for checkpoints' page
-/// writes (see `pagewrite`), when pages are whole blocks of the device
-/// and the file system takes direct I/O; else the buffered descriptor
-/// (tmpfs, for one, refuses `O_DIRECT`). Both name one file: a sync
-/// through either covers writes through both, and the kernel keeps
-/// buffered reads coherent with direct writes.
-fn open_page_writes(
-    vfs: &dyn Vfs,
-    path: &Path,
-    ps: PageSize,
-    data: &Arc<dyn VfsFile>,
-) -> Arc<dyn VfsFile> {
-    let aligned = vfs
-        .block_size(path)
-        .is_ok_and(|b| b > 0 && ps.bytes() % b == 0);
-    if aligned {
-        if let Ok(f) = vfs.open(path, OpenOptions::new(OpenMode::Direct)) {
-            return f;
-        }
-    }
-    Arc::clone(data)
 }
 
 /// Read the free-list chain of `meta`: its pages, and the pages it lists.

@@ -494,7 +494,7 @@ fn writers_checkpoint_when_changed_pages_reach_their_budget() {
         .unwrap();
     let mut rng = 7u64;
     let mut peak = 0;
-    for _ in 0..300 {
+    for _ in 0..600 {
         let w = db.begin_write().unwrap();
         peak = peak.max(db.stats().dirty_bytes);
         let mut t = w.open_table("t").unwrap();

@@ -204,6 +204,16 @@ pub trait VfsFile: Send + Sync + Debug {
     /// `pwritev2(RWF_DSYNC)` with [`IoEngine::Psync`], a write linked with
     /// `fdatasync` with [`IoEngine::Uring`].
     fn write_dsync_at(&self, buf: &[u8], offset: u64) -> Result<()>;
+    /// Start writing `[offset, offset+len)` back to the device and wait
+    /// until it is written (`sync_file_range` with `WAIT_BEFORE | WRITE |
+    /// WAIT_AFTER`): flow control for buffered writes, so that they reach
+    /// the device in pieces rather than in one burst of writeback. **Not
+    /// a durability point**: no metadata, no device cache flush. The
+    /// default does nothing.
+    fn write_back(&self, offset: u64, len: u64) -> Result<()> {
+        let _ = (offset, len);
+        Ok(())
+    }
     /// Reserve blocks for `[offset, offset+len)` (`fallocate`, mode 0). The
     /// blocks read as zeros but stay "unwritten" extents: the first write to
     /// each converts it, which is a metadata change.

@@ -357,6 +357,28 @@ impl VfsFile for RealFile {
         Ok(())
     }
 
+    fn write_back(&self, offset: u64, len: u64) -> Result<()> {
+        use std::os::fd::AsRawFd;
+        let flags = libc::SYNC_FILE_RANGE_WAIT_BEFORE
+            | libc::SYNC_FILE_RANGE_WRITE
+            | libc::SYNC_FILE_RANGE_WAIT_AFTER;
+        // SAFETY: a plain system call on a descriptor this file owns; no
+        // memory is passed.
+        let r = unsafe {
+            libc::sync_file_range(
+                self.file.as_raw_fd(),
+                offset as libc::off64_t,
+                len as libc::off64_t,
+                flags,
+            )
+        };
+        if r != 0 {
+            let e = std::io::Error::last_os_error();
+            return Err(IoError::os("sync_file_range", &self.path, e));
+        }
+        Ok(())
+    }
+
     fn allocate(&self, offset: u64, len: u64) -> Result<()> {
         self.check_space(offset, len)?;
         rustix::fs::fallocate(&self.file, FallocateFlags::empty(), offset, len)

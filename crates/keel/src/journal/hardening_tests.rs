@@ -638,6 +638,9 @@ fn an_interrupted_truncation_is_finished_by_the_next_open() {
     for i in 1..=30 {
         j.append(&payload(i, 3000)).unwrap();
     }
+    // Spares enough that the preparer thread starts nothing while the
+    // crash point counts the truncation's operations.
+    j.preallocate(4 * (64 << 10)).unwrap();
     // The mark and the zeroing of the last segment land; the rest does
     // not (a segment is one chunk of zeros here).
     vfs.crash_after_ops(2);
