@@ -10,6 +10,7 @@
 //! 50,000; docs/testing.md gives the 1M run).
 
 mod common;
+use common::{contents, Tables};
 
 use std::collections::BTreeMap;
 use std::os::unix::process::ExitStatusExt;
@@ -19,8 +20,6 @@ use std::process::Output;
 use common::{json, keel, require_tool, scratch};
 use keel::db::Database;
 use keel::journal::JournalOptions;
-
-type Tables = BTreeMap<String, BTreeMap<Vec<u8>, Vec<u8>>>;
 
 fn s(p: &Path) -> &str {
     p.to_str().unwrap()
@@ -37,29 +36,6 @@ fn compact(store: &Path, env: &[(&str, &str)]) -> Output {
         .output()
         .expect("run keel");
     assert!(!stderr(&out).contains("panicked"), "{}", stderr(&out));
-    out
-}
-
-/// Every table of the store at `path`, opened by the library (which knows
-/// nothing of compaction), checked.
-fn contents(path: &Path) -> Tables {
-    let db = Database::open(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-    db.check().unwrap();
-    let read = db.begin_read();
-    let mut out = Tables::new();
-    for name in read.list_tables().unwrap() {
-        let t = read.open_table(&name).unwrap();
-        let entries = t
-            .iter()
-            .map(|kv| {
-                let kv = kv.unwrap();
-                (kv.0.as_bytes().to_vec(), kv.1.as_bytes().to_vec())
-            })
-            .collect();
-        out.insert(name, entries);
-    }
-    drop(read);
-    db.close().unwrap();
     out
 }
 

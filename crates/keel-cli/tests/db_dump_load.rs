@@ -7,6 +7,7 @@
 //! a store, and refuses one in use and a directory that is not empty.
 
 mod common;
+use common::{contents, Tables};
 
 use std::collections::BTreeMap;
 use std::io::Write;
@@ -16,8 +17,6 @@ use std::process::{Output, Stdio};
 use common::{json, keel, scratch};
 use keel::db::Database;
 use keel::journal::JournalOptions;
-
-type Tables = BTreeMap<String, BTreeMap<Vec<u8>, Vec<u8>>>;
 
 fn s(p: &Path) -> &str {
     p.to_str().unwrap()
@@ -39,27 +38,6 @@ fn code(out: &Output) -> i32 {
 
 fn stderr(out: &Output) -> String {
     String::from_utf8_lossy(&out.stderr).into_owned()
-}
-
-/// Every table of the store at `path` and its entries.
-fn contents(path: &Path) -> Tables {
-    let db = Database::open(path).unwrap();
-    let read = db.begin_read();
-    let mut out = Tables::new();
-    for name in read.list_tables().unwrap() {
-        let t = read.open_table(&name).unwrap();
-        let entries = t
-            .iter()
-            .map(|kv| {
-                let kv = kv.unwrap();
-                (kv.0.as_bytes().to_vec(), kv.1.as_bytes().to_vec())
-            })
-            .collect();
-        out.insert(name, entries);
-    }
-    drop(read);
-    db.close().unwrap();
-    out
 }
 
 /// A store of odd bytes: every byte as a key, keys and values that are not

@@ -84,3 +84,29 @@ pub fn files(dir: &Path) -> BTreeMap<PathBuf, Vec<u8>> {
     }
     out
 }
+
+/// A store's tables: name → key → value.
+pub type Tables = BTreeMap<String, BTreeMap<Vec<u8>, Vec<u8>>>;
+
+/// Every table of the store at `path` and its entries, read through the
+/// library after `check` passed.
+pub fn contents(path: &Path) -> Tables {
+    let db = keel::db::Database::open(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    db.check().unwrap();
+    let read = db.begin_read();
+    let mut out = Tables::new();
+    for name in read.list_tables().unwrap() {
+        let t = read.open_table(&name).unwrap();
+        let entries = t
+            .iter()
+            .map(|kv| {
+                let (k, v) = kv.unwrap();
+                (k.as_bytes().to_vec(), v.as_bytes().to_vec())
+            })
+            .collect();
+        out.insert(name, entries);
+    }
+    drop(read);
+    db.close().unwrap();
+    out
+}
