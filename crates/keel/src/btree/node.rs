@@ -185,11 +185,16 @@ impl Branch {
         self.children.location(i)
     }
 
-    /// Where child `i` is, when it is known without a lock or a write to
-    /// be on disk only (not in memory); `None`: ask [`Branch::child`].
+    /// Child `i` in memory, or else the place to load it from: known
+    /// without a lock or a write when the child is only on disk (the
+    /// chunk's lock-free copy of its locations), else as
+    /// [`Branch::child`] finds it.
     #[inline]
-    pub(crate) fn child_only_on_disk(&self, i: usize) -> Option<Location> {
-        self.children.only_on_disk(i)
+    pub(crate) fn child_or_location(&self, i: usize) -> Result<Arc<Node>, Location> {
+        match self.children.only_on_disk(i) {
+            Some(loc) => Err(loc),
+            None => self.child(i).resolve(),
+        }
     }
 
     /// Drop the in-memory children that are on disk; returns the children

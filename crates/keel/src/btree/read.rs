@@ -12,6 +12,17 @@ use super::leaf::{OverflowValue, ValueRef};
 use super::node::{Body, Branch, Node};
 use super::{BtreeError, Location};
 
+/// Whether `node`, read at `loc`, is at the `level` its parent implies.
+fn check_level(node: &Node, loc: Location, level: u8) -> Result<(), BtreeError> {
+    if node.level() != level {
+        return Err(BtreeError::Corrupt {
+            page: loc.page,
+            reason: "a child at another level than its parent implies",
+        });
+    }
+    Ok(())
+}
+
 /// Load the node at `loc`, which its parent says is at `level`.
 pub(crate) fn load_at_level(
     src: &dyn PageSource,
@@ -19,12 +30,7 @@ pub(crate) fn load_at_level(
     level: u8,
 ) -> Result<Arc<Node>, BtreeError> {
     let node = src.load(loc)?;
-    if node.level() != level {
-        return Err(BtreeError::Corrupt {
-            page: loc.page,
-            reason: "a child at another level than its parent implies",
-        });
-    }
+    check_level(&node, loc, level)?;
     Ok(node)
 }
 
@@ -34,10 +40,7 @@ pub(crate) fn child_node(
     i: usize,
     src: &dyn PageSource,
 ) -> Result<Arc<Node>, BtreeError> {
-    if let Some(loc) = branch.child_only_on_disk(i) {
-        return load_at_level(src, loc, branch.level() - 1);
-    }
-    match branch.child(i).resolve() {
+    match branch.child_or_location(i) {
         Ok(node) => Ok(node),
         Err(loc) => load_at_level(src, loc, branch.level() - 1),
     }
@@ -108,20 +111,11 @@ fn child_pinned<'g>(
     src: &'g dyn PageSource,
     guard: &'g Guard,
 ) -> Result<NodeRef<'g>, BtreeError> {
-    let on_disk = match branch.child_only_on_disk(i) {
-        Some(loc) => Err(loc),
-        None => branch.child(i).resolve(),
-    };
-    match on_disk {
+    match branch.child_or_location(i) {
         Ok(node) => Ok(NodeRef::Owned(node)),
         Err(loc) => {
             let node = src.load_pinned(loc, guard)?;
-            if node.level() != branch.level() - 1 {
-                return Err(BtreeError::Corrupt {
-                    page: loc.page,
-                    reason: "a child at another level than its parent implies",
-                });
-            }
+            check_level(&node, loc, branch.level() - 1)?;
             Ok(node)
         }
     }

@@ -201,18 +201,12 @@ impl Shared {
     /// The published snapshot, registered as held until [`Self::unpin`]
     /// (with the base's generation).
     pub(crate) fn pin(&self) -> (Arc<Base>, Lsn) {
-        let (base, lsn, _) = self.pin_with_runs();
+        let (base, lsn, _, _) = self.pin_versioned();
         (base, lsn)
     }
 
-    /// The published snapshot with the runs not yet in its memtable, held
-    /// as [`Self::pin`] does.
-    pub(crate) fn pin_with_runs(&self) -> (Arc<Base>, Lsn, Option<Runs>) {
-        let (base, lsn, runs, _) = self.pin_versioned();
-        (base, lsn, runs)
-    }
-
-    /// [`Self::pin_with_runs`], with the view's version.
+    /// [`Self::pin`], with the runs not yet in the base's memtable and the
+    /// view's version.
     fn pin_versioned(&self) -> (Arc<Base>, Lsn, Option<Runs>, u64) {
         let mut v = lock(&self.published.view);
         let (base, lsn, runs) = (Arc::clone(&v.base), v.lsn, v.runs.clone());
