@@ -233,6 +233,81 @@ fn store_is_the_default_and_runs_every_workload() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// The store's budgets by flag (reported as set), readers beside the
+/// committers, and what the run cost: peak memory, bytes written and
+/// their ratio to the user's bytes, the files' sizes, the close.
+#[test]
+fn store_budgets_readers_and_costs() {
+    let dir = scratch("bench-commit-budgets");
+    let out = protocol(
+        &dir,
+        "w3",
+        (1, 100, 200, 0.0, 50),
+        &[
+            "--cache-size",
+            "8M",
+            "--checkpoint-dirty",
+            "1M",
+            "--backpressure-dirty",
+            "4M",
+            "--readers",
+            "1",
+        ],
+    );
+    assert!(out.status.success(), "{out:?}");
+    let v = last_json(&out);
+    check_store_fields(&v);
+    let info = &v["info"];
+    let o = &info["options"];
+    assert_eq!(
+        (
+            o["cache_bytes"].as_u64(),
+            o["checkpoint_dirty_bytes"].as_u64(),
+            o["backpressure_dirty_bytes"].as_u64()
+        ),
+        (Some(8 << 20), Some(1 << 20), Some(4 << 20)),
+        "{v}"
+    );
+    let n = |f: &str| {
+        info[f]
+            .as_f64()
+            .unwrap_or_else(|| panic!("info.{f} missing in {v}"))
+    };
+    // 10,000 puts of 116 bytes: ~1.1 MiB of records, past the 1 MiB that
+    // starts a checkpoint.
+    assert!(n("checkpoints_to_close") >= 1.0, "{v}");
+    assert_eq!(n("user_bytes"), (200 * 50 * (16 + 100)) as f64, "{v}");
+    assert!(n("journal_bytes_written") >= n("user_bytes"), "{v}");
+    assert!(n("data_bytes_written") > 0.0, "{v}");
+    let wa = (n("journal_bytes_written") + n("data_bytes_written")) / n("user_bytes");
+    assert!((n("write_amplification") - wa).abs() < 0.01, "{v}");
+    assert!(
+        n("data_file_bytes") > 0.0 && n("journal_dir_bytes") > 0.0,
+        "{v}"
+    );
+    assert!(n("peak_rss_bytes") > (1 << 20) as f64, "{v}");
+    assert!(n("close_ms") >= 0.0, "{v}");
+    assert!(
+        n("commits_per_s_to_close") <= v["commits_per_s"].as_f64().unwrap() + 0.1,
+        "{v}"
+    );
+    assert_eq!(info["readers"], 1, "{v}");
+    assert!(n("reader_gets_per_s") > 0.0, "{v}");
+
+    // The flags belong to the store engine, and r1's threads read.
+    let out = protocol(
+        &dir,
+        "w3",
+        (1, 100, 20, 0.0, 10),
+        &["--engine", "journal", "--cache-size", "8M"],
+    );
+    assert!(!out.status.success(), "{out:?}");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("store engine only"));
+    let out = protocol(&dir, "r1", (1, 100, 100, 0.2, 100), &["--readers", "1"]);
+    assert!(!out.status.success(), "{out:?}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// `--background-cpus`: the store's helper and checkpointer kept to one
 /// CPU, by request; a bad list is refused before anything runs.
 #[test]

@@ -187,6 +187,7 @@ fn spec(a: &JournalArgs, c: Config, engine: Engine) -> Spec {
         batch_start: c.start,
         start: false,
         background_cpus: BackgroundCpus::Any,
+        store: Default::default(),
     }
 }
 

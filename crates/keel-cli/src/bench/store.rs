@@ -153,6 +153,7 @@ fn spec(a: &StoreArgs, c: Config) -> Spec {
         batch_start: BatchStartArg::Auto,
         start: false,
         background_cpus: BackgroundCpus::Any,
+        store: Default::default(),
     }
 }
 

@@ -168,6 +168,53 @@ pub struct CommitArgs {
     /// disk's interrupts), or a CPU list such as `0` or `0,2-3`.
     #[arg(long, value_parser = parse_background_cpus, default_value = "any")]
     pub background_cpus: BackgroundCpus,
+    #[command(flatten)]
+    pub store: StoreFlags,
+}
+
+/// The store engine's memory budgets (`keel::db::Options`) when not the
+/// store's defaults, and readers beside the committers.
+#[derive(Args, Debug, Clone, Default)]
+pub struct StoreFlags {
+    /// Store engine: the page cache's budget of decoded pages
+    /// (`Options::cache_bytes`; bytes or K/M/G; default: the store's).
+    #[arg(long)]
+    pub cache_size: Option<Size>,
+    /// Store engine: memtable bytes that start a checkpoint
+    /// (`Options::checkpoint_dirty_bytes`; default: the store's).
+    #[arg(long)]
+    pub checkpoint_dirty: Option<Size>,
+    /// Store engine: memtable bytes at which writers stop and checkpoint
+    /// themselves (`Options::backpressure_dirty_bytes`; default: the
+    /// store's).
+    #[arg(long)]
+    pub backpressure_dirty: Option<Size>,
+    /// Store engine, w1/w2/w3: this many threads do point gets of random
+    /// keys (most absent: each descends to a leaf) while the committers
+    /// run, each in a read transaction of its own; `info.reader_gets_per_s`
+    /// reports their rate (reads keep working during checkpoints).
+    #[arg(long, default_value_t = 0)]
+    pub readers: usize,
+}
+
+impl StoreFlags {
+    /// The `keel bench commit` flags that set these.
+    fn args(&self) -> Vec<String> {
+        let mut args = Vec::new();
+        for (flag, v) in [
+            ("--cache-size", self.cache_size),
+            ("--checkpoint-dirty", self.checkpoint_dirty),
+            ("--backpressure-dirty", self.backpressure_dirty),
+        ] {
+            if let Some(v) = v {
+                args.extend([flag.to_string(), v.bytes().to_string()]);
+            }
+        }
+        if self.readers > 0 {
+            args.extend(["--readers".to_string(), self.readers.to_string()]);
+        }
+        args
+    }
 }
 
 /// `--background-cpus`: `any`, `away`, or a kernel CPU list.
@@ -256,6 +303,8 @@ pub struct Spec {
     pub start: bool,
     /// The store engine's `Options::background_cpus`.
     pub background_cpus: BackgroundCpus,
+    /// The store engine's budgets and readers.
+    pub store: StoreFlags,
 }
 
 impl Spec {
@@ -306,6 +355,7 @@ impl Spec {
             },
             start: a.start,
             background_cpus: a.background_cpus.clone(),
+            store: a.store.clone(),
         };
         spec.validate()?;
         Ok(spec)
@@ -330,6 +380,13 @@ impl Spec {
             }
         } else if (self.count == 0) == (self.duration == 0.0) {
             bail!("give exactly one of --count N or --duration SECS (the other 0)");
+        }
+        let store_flags = self.store.args();
+        if self.engine != Engine::Store && !store_flags.is_empty() {
+            bail!("{} applies to the store engine only", store_flags[0]);
+        }
+        if self.workload == Workload::R1 && self.store.readers > 0 {
+            bail!("--readers applies to w1, w2 and w3 (r1's threads are all readers)");
         }
         if matches!(self.workload, Workload::W1 | Workload::W2) && self.batch != 1 {
             bail!("--batch applies to w3 and r1 only (w1 and w2 commit one put per transaction)");
@@ -385,6 +442,7 @@ impl Spec {
         if let Some(p) = self.preallocate {
             args.extend(["--preallocate".into(), p.to_string()]);
         }
+        args.extend(self.store.args());
         args
     }
 

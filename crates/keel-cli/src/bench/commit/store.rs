@@ -103,7 +103,7 @@ impl Committer for StoreCommitter {
 
 /// A fresh store in `dir` with default options (the journal's write method
 /// aside, when `--method` names one), and its table created.
-fn create(spec: &Spec, dir: &Path) -> anyhow::Result<(Database, BenchTree)> {
+fn create(spec: &Spec, dir: &Path) -> anyhow::Result<(Database, BenchTree, Options)> {
     let sdir = dir.join(STORE_DIR);
     if sdir.exists() {
         bail!(
@@ -116,9 +116,20 @@ fn create(spec: &Spec, dir: &Path) -> anyhow::Result<(Database, BenchTree)> {
         method: spec.method,
         ..JournalOptions::default()
     };
-    let db = Database::builder()
+    let mut builder = Database::builder()
         .journal(journal)
-        .background_cpus(spec.background_cpus.clone())
+        .background_cpus(spec.background_cpus.clone());
+    if let Some(b) = spec.store.cache_size {
+        builder = builder.cache_bytes(b.bytes() as usize);
+    }
+    if let Some(b) = spec.store.checkpoint_dirty {
+        builder = builder.checkpoint_dirty_bytes(b.bytes());
+    }
+    if let Some(b) = spec.store.backpressure_dirty {
+        builder = builder.backpressure_dirty_bytes(b.bytes());
+    }
+    let options = builder.options().clone();
+    let db = builder
         .create(&sdir)
         .with_context(|| format!("creating a store in {}", sdir.display()))?;
     let txn = db.begin_write()?;
@@ -136,13 +147,12 @@ fn create(spec: &Spec, dir: &Path) -> anyhow::Result<(Database, BenchTree)> {
             record_bytes(1, spec.size)
         );
     }
-    Ok((db, guard))
+    Ok((db, guard, options))
 }
 
-/// The store's options (the defaults, `--background-cpus` aside), as
-/// `info` reports them.
-fn options_json(db: &Database, spec: &Spec) -> serde_json::Value {
-    let o = Options::default();
+/// The store's options (the defaults unless a flag set them), as `info`
+/// reports them.
+fn options_json(db: &Database, spec: &Spec, o: &Options) -> serde_json::Value {
     json!({
         "page_bytes": db.stats().page_size,
         "cache_bytes": o.cache_bytes,
@@ -224,7 +234,7 @@ pub(super) fn run(spec: &Spec, dir: &Path, pool: &ValuePool) -> anyhow::Result<O
         return run_reads(spec, dir, pool);
     }
     let t0 = Instant::now();
-    let (db, _guard) = create(spec, dir)?;
+    let (db, _guard, options) = create(spec, dir)?;
     let expected_bytes = journal_bytes_to_prepare(spec);
     let prepared = db.journal().preallocate(expected_bytes)?;
     let setup_ms = t0.elapsed().as_secs_f64() * 1e3;
@@ -234,7 +244,23 @@ pub(super) fn run(spec: &Spec, dir: &Path, pool: &ValuePool) -> anyhow::Result<O
     };
     let before = c.db.stats();
     settle(dir);
-    let mut out = timed(spec, pool, &c)?;
+    let stop_readers = AtomicBool::new(false);
+    let (out, reader_gets) = std::thread::scope(|s| {
+        let readers: Vec<_> = (0..spec.store.readers)
+            .map(|_| s.spawn(|| read_until(&c.db, &stop_readers)))
+            .collect();
+        let out = timed(spec, pool, &c);
+        stop_readers.store(true, Ordering::Relaxed);
+        let gets: anyhow::Result<u64> = readers
+            .into_iter()
+            .map(|h| {
+                h.join()
+                    .unwrap_or_else(|_| Err(anyhow!("a reader panicked")))
+            })
+            .sum();
+        (out, gets)
+    });
+    let (mut out, reader_gets) = (out?, reader_gets?);
     let after = c.db.stats();
     let mut info = json!({
         "engine": "store",
@@ -245,11 +271,12 @@ pub(super) fn run(spec: &Spec, dir: &Path, pool: &ValuePool) -> anyhow::Result<O
         "batch": spec.batch,
         "record_bytes": spec.record_bytes(),
         "table": TABLE,
-        "options": options_json(&c.db, spec),
+        "options": options_json(&c.db, spec, &options),
         "before_timing": format!(
-            "created a fresh store with default options and its table (one commit), and \
+            "created a fresh store ({} options) and its table (one commit), and \
              prepared {} journal segment(s) of {} for {} of records (zero-filled, header \
              written, synced), in {:.0} ms",
+            if spec.store.args().is_empty() { "default" } else { "the given" },
             1 + c.db.journal().options().spare_segments + prepared,
             format_size(c.db.journal().options().segment_size_bytes),
             format_size_approx(expected_bytes),
@@ -261,14 +288,97 @@ pub(super) fn run(spec: &Spec, dir: &Path, pool: &ValuePool) -> anyhow::Result<O
     });
     merge(&mut info, timings_json(&c, &before, &after, out.commits));
     merge(&mut info, stats_json(&before, &after));
+    if spec.store.readers > 0 {
+        info["readers"] = json!(spec.store.readers);
+        info["reader_gets_per_s"] = json!(round(
+            reader_gets as f64 / out.elapsed.as_secs_f64().max(f64::MIN_POSITIVE),
+            0
+        ));
+    }
+    // The close: its final checkpoint, taken explicitly so that its pages
+    // count in the bytes written, then the close itself.
     let t1 = Instant::now();
+    c.db.checkpoint()?;
+    let last = c.db.stats();
     c.db.close()?;
+    let close = t1.elapsed();
+    let sdir = dir.join(STORE_DIR);
+    let user_bytes = out.commits * (spec.batch * (16 + spec.size)) as u64;
+    let journal_written = last.journal.bytes_written - before.journal.bytes_written;
+    let data_written = (last.checkpoint_pages - before.checkpoint_pages) * last.page_size as u64;
+    merge(
+        &mut info,
+        json!({
+            "close_ms": round(close.as_secs_f64() * 1e3, 1),
+            "commits_per_s_to_close": round(
+                out.commits as f64 / (out.elapsed + close).as_secs_f64().max(f64::MIN_POSITIVE),
+                1
+            ),
+            "peak_rss_bytes": peak_rss_bytes(),
+            "user_bytes": user_bytes,
+            "journal_bytes_written": journal_written,
+            "data_bytes_written": data_written,
+            "write_amplification": round(
+                (journal_written + data_written) as f64 / user_bytes.max(1) as f64,
+                2
+            ),
+            "data_file_bytes": disk_bytes(&sdir.join(keel::db::DATA_FILE)),
+            "journal_dir_bytes": disk_bytes(&sdir.join(keel::db::JOURNAL_DIR)),
+            "checkpoints_to_close": last.checkpoints - before.checkpoints,
+            "checkpoint_ms_to_close": round(last.checkpoint_ms - before.checkpoint_ms, 1),
+        }),
+    );
     info["after_timing"] = json!(format!(
-        "closed the store (a final checkpoint) in {:.0} ms",
-        t1.elapsed().as_secs_f64() * 1e3
+        "checkpointed and closed the store in {:.0} ms (close_ms; commits_per_s_to_close \
+         counts it)",
+        close.as_secs_f64() * 1e3
     ));
     out.info = info;
     Ok(out)
+}
+
+/// Point gets of random keys, each in a read transaction of its own,
+/// until `stop`: the gets done.
+fn read_until(db: &Database, stop: &AtomicBool) -> anyhow::Result<u64> {
+    let mut rng = rand::rng();
+    let mut gets = 0u64;
+    while !stop.load(Ordering::Relaxed) {
+        let read = db.begin_read();
+        let table = read.open_table(TABLE)?;
+        let key: [u8; 16] = rng.random();
+        std::hint::black_box(table.get(key)?);
+        gets += 1;
+    }
+    Ok(gets)
+}
+
+/// The process's peak resident memory (`VmHWM`), bytes; 0 where
+/// `/proc/self/status` does not say.
+fn peak_rss_bytes() -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            let line = s.lines().find(|l| l.starts_with("VmHWM:"))?;
+            line.split_whitespace().nth(1)?.parse::<u64>().ok()
+        })
+        .map_or(0, |kib| kib << 10)
+}
+
+/// Bytes allocated on disk to a file, or to the files of a directory.
+fn disk_bytes(path: &Path) -> u64 {
+    use std::os::unix::fs::MetadataExt;
+    let Ok(meta) = std::fs::metadata(path) else {
+        return 0;
+    };
+    if !meta.is_dir() {
+        return meta.blocks() * 512;
+    }
+    std::fs::read_dir(path).map_or(0, |entries| {
+        entries
+            .flatten()
+            .map(|e| e.metadata().map_or(0, |m| m.blocks() * 512))
+            .sum()
+    })
 }
 
 /// Where the timed run's commits spent their time, per commit: the
@@ -315,7 +425,7 @@ fn merge(into: &mut serde_json::Value, from: serde_json::Value) {
 /// r1: load, checkpoint, then timed point reads.
 fn run_reads(spec: &Spec, dir: &Path, pool: &ValuePool) -> anyhow::Result<Outcome> {
     let t0 = Instant::now();
-    let (db, _guard) = create(spec, dir)?;
+    let (db, _guard, options) = create(spec, dir)?;
     let mut rng = rand::rng();
     let keys: Vec<[u8; 16]> = (0..spec.count).map(|_| rng.random()).collect();
     for (i, chunk) in keys.chunks(spec.batch).enumerate() {
@@ -345,7 +455,7 @@ fn run_reads(spec: &Spec, dir: &Path, pool: &ValuePool) -> anyhow::Result<Outcom
         "batch": spec.batch,
         "keys": spec.count,
         "table": TABLE,
-        "options": options_json(&db, spec),
+        "options": options_json(&db, spec, &options),
         "before_timing": format!(
             "created a fresh store with default options, loaded {} random 16-byte keys with \
              {}-byte values in {} transactions of {} puts in {:.0} ms ({:.0} puts/s, {} \
