@@ -15,6 +15,9 @@
 //! durable when it returns; any other write needs [`VfsFile::sync`]. The
 //! [`WriteMethod`] enum names the combinations `keel bench` measures and the
 //! journal can use.
+//!
+//! Reads of the data file's clean pages may go through a read-only memory
+//! map instead ([`VfsFile::map`], [`GrowingMap`]); writes never do.
 
 mod aligned;
 mod device;

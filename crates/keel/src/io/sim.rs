@@ -39,8 +39,12 @@
 //!   torn. The disk can **lie** (acknowledge a sync but lose the write at the
 //!   next power cut, [`SimVfs::set_lying`]) or **misdirect** a write to
 //!   another offset ([`SimVfs::set_misdirect`]).
+//! * **Maps.** [`VfsFile::map`] gives the twin of a read-only shared map:
+//!   each read copies the live image as it is then (what the OS page cache
+//!   shows a real map), counts in [`SimStats::mapped_reads`], and panics
+//!   where a real map would raise `SIGBUS` (a read past the file's end).
 //!
-//! After [`SimVfs::crash`] every handle opened before it fails with
+//! After [`SimVfs::crash`] every handle (and map) opened before it fails with
 //! [`IoError::Crashed`] and every lock is released: the test reopens, as a
 //! restarted process would.
 
