@@ -91,16 +91,12 @@ pub struct InPlace {
 impl InPlace {
     fn new(cell: FoundCell<'_>) -> InPlace {
         match cell {
-            FoundCell::Inline(key, value) => {
-                let mut bytes = Vec::with_capacity(key.len() + value.len());
-                bytes.extend_from_slice(key);
-                bytes.extend_from_slice(value);
-                InPlace {
-                    bytes: bytes.into(),
-                    key_len: key.len(),
-                    overflow: None,
-                }
-            }
+            FoundCell::Inline(key, value) => InPlace {
+                // One allocation: the iterator knows its exact length.
+                bytes: key.iter().chain(value).copied().collect(),
+                key_len: key.len(),
+                overflow: None,
+            },
             FoundCell::Overflow(key, value) => InPlace {
                 bytes: key.into(),
                 key_len: key.len(),
