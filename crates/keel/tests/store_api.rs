@@ -2,8 +2,9 @@
 //! write transaction, scans from both ends, `first`/`last`/`len`,
 //! `delete_range` and `retain`, items that destructure and compare,
 //! `Debug` that shows only an item's own bytes, typed tables and their
-//! recorded types, who holds a store's lock, and a store written by an
-//! earlier Keel (`tests/fixtures/store-v2`).
+//! recorded types, who holds a store's lock, a store written by an
+//! earlier Keel (`tests/fixtures/store-v2`), and reads through the memory
+//! map or by `pread`.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -608,5 +609,57 @@ fn locked_names_the_holder_on_its_own_file_system() -> keel::db::Result<()> {
     );
     drop(read_b);
     db_a.close()?;
+    Ok(())
+}
+
+/// A store on the real file system read through the memory map (the
+/// default) and by `pread` (`read_mapped(false)`): the same answers; with
+/// a page cache far smaller than the tree, the mapped store answers most
+/// lookups from leaves searched in place, the other none.
+#[test]
+fn mapped_and_pread_reads_agree() -> keel::db::Result<()> {
+    let dir = temp_dir("mapped");
+    let key = |i: u32| format!("k{:08}", i.wrapping_mul(2_654_435_761) % 1_000_000);
+    let db = Database::create(&dir)?;
+    let txn = db.begin_write()?;
+    let mut t = txn.open_table("t")?;
+    for i in 0..20_000u32 {
+        t.insert(key(i), i.to_le_bytes().repeat(20))?;
+    }
+    t.insert("big", vec![7u8; 100_000])?;
+    txn.commit()?;
+    db.close()?;
+    let mut answers = Vec::new();
+    for mapped in [true, false] {
+        let db = Database::builder()
+            .cache_bytes(64 << 10)
+            .read_mapped(mapped)
+            .open(&dir)?;
+        let read = db.begin_read();
+        let t = read.open_table("t")?;
+        let mut got = Vec::new();
+        for i in (0..20_000u32).step_by(7) {
+            let v = t.get(key(i))?.expect("present");
+            assert_eq!(v.as_bytes(), &i.to_le_bytes().repeat(20)[..]);
+            got.push(v.to_vec());
+        }
+        assert_eq!(
+            t.get("big")?.expect("present").as_bytes(),
+            &[7u8; 100_000][..]
+        );
+        assert!(t.get("k")?.is_none() && t.get("k0000000x")?.is_none());
+        got.push(t.iter().count().to_le_bytes().to_vec());
+        let in_place = db.stats().cache.searched_in_place;
+        if mapped {
+            assert!(in_place > 1000, "{in_place} lookups searched in place");
+        } else {
+            assert_eq!(in_place, 0);
+        }
+        answers.push(got);
+        drop(read);
+        db.close()?;
+    }
+    assert_eq!(answers[0], answers[1]);
+    std::fs::remove_dir_all(&dir).unwrap();
     Ok(())
 }

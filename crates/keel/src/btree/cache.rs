@@ -1,22 +1,25 @@
 //! Where the tree reads clean pages from: the [`PageSource`] trait, and
-//! [`PageCache`], which reads pages with `pread` through a [`VfsFile`] and
-//! keeps a bounded number of decoded nodes.
+//! [`PageCache`], which reads pages through a read-only memory map of a
+//! [`VfsFile`] (or with `pread`) and keeps a bounded number of decoded
+//! nodes.
 //!
-//! The trait is deliberately narrow (a node by location, an overflow value
-//! by its first page) so that a read-only memory map can implement it too.
+//! The trait is deliberately narrow: a node by location, an overflow value
+//! by its first page, and a key looked up in a leaf, which a source that
+//! maps the file answers from the mapped page without decoding it.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use crossbeam_epoch::{self as epoch, Guard};
 
 use super::bound::Visited;
+use super::leaf::OverflowValue;
 use super::node::{lock, Node};
-use super::page::{decode_node, decode_overflow};
+use super::page::{decode_node, decode_overflow, search_leaf, FoundCell, LeafSearch};
 use super::pagetable::{Cached, PageTable, MAX_PAGES};
 use super::{BtreeError, Location, PageNo, PageSize};
-use crate::io::{AlignedBuf, VfsFile};
+use crate::io::{AlignedBuf, GrowingMap, VfsFile};
 use crate::stripe::Striped;
 
 /// A value read from its overflow chain.
@@ -48,6 +51,59 @@ pub trait PageSource: Send + Sync {
 
     /// The value of `len` bytes stored in the chain starting at `first`.
     fn load_overflow(&self, first: Location, len: u64) -> Result<OverflowData, BtreeError>;
+
+    /// Look `key` up in the node at `loc`, which its parent says is a
+    /// leaf, for a reader pinned by `guard`: the node (as
+    /// [`PageSource::load_pinned`] gives it; the caller checks its level
+    /// and searches it), or the answer read in place from the page,
+    /// checked as `load` checks it.
+    fn search_leaf<'g>(
+        &'g self,
+        loc: Location,
+        key: &[u8],
+        guard: &'g Guard,
+    ) -> Result<LeafLookup<'g>, BtreeError> {
+        let _ = key;
+        self.load_pinned(loc, guard).map(LeafLookup::Node)
+    }
+}
+
+/// What [`PageSource::search_leaf`] found.
+#[derive(Debug)]
+pub enum LeafLookup<'g> {
+    /// The node, to search.
+    Node(NodeRef<'g>),
+    /// The key's entry, copied out of the page, or `None` if the leaf
+    /// does not hold the key.
+    Searched(Option<InPlace>),
+}
+
+/// An entry copied out of a leaf page that was searched in place.
+#[derive(Debug)]
+pub struct InPlace {
+    /// The key, then (for an inline value) the value.
+    pub(crate) bytes: Arc<[u8]>,
+    pub(crate) key_len: usize,
+    /// An overflow value's reference (its bytes are still on disk).
+    pub(crate) overflow: Option<OverflowValue>,
+}
+
+impl InPlace {
+    fn new(cell: FoundCell<'_>) -> InPlace {
+        match cell {
+            FoundCell::Inline(key, value) => InPlace {
+                // One allocation: the iterator knows its exact length.
+                bytes: key.iter().chain(value).copied().collect(),
+                key_len: key.len(),
+                overflow: None,
+            },
+            FoundCell::Overflow(key, value) => InPlace {
+                bytes: key.into(),
+                key_len: key.len(),
+                overflow: Some(value),
+            },
+        }
+    }
 }
 
 /// A source for trees that live only in memory: any load is an error.
@@ -138,6 +194,11 @@ pub struct CacheStats {
     pub evictions: u64,
     /// Bytes charged for the nodes held now.
     pub cached_bytes: u64,
+    /// Of the misses, leaf lookups answered from the mapped page without
+    /// decoding it (and so not cached).
+    pub searched_in_place: u64,
+    /// Times the file was mapped anew as it grew.
+    pub remaps: u64,
 }
 
 /// A node a reader reached while pinned: borrowed from the cache (alive
@@ -164,9 +225,19 @@ impl std::ops::Deref for NodeRef<'_> {
 const HITS: usize = 0;
 const MISSES: usize = 1;
 const EVICTIONS: usize = 2;
+const IN_PLACE: usize = 3;
 
 /// Reads pages from the data file and keeps decoded nodes up to a byte
 /// budget, evicting with CLOCK (second chance) in each of a few shards.
+///
+/// Pages are read through a read-only map of the file when
+/// [`PageCache::with_mapped_reads`] made one, else with `pread`; either
+/// way every page is verified (checksum, the referrer's checksum, page
+/// number, type, layout) each time it is read from the file. A leaf
+/// lookup that misses while the cache is full searches the mapped page in
+/// place and copies out only the entry found: the OS page cache is the
+/// cache of leaves then, and decoding a leaf only to evict another would
+/// cost more than the lookup (branches, few and hot, stay decoded here).
 ///
 /// A hit takes no lock and writes nothing another thread writes: the
 /// index is a radix table of page numbers (`pagetable.rs`) read under an
@@ -181,7 +252,10 @@ pub struct PageCache {
     max_value_bytes: u64,
     table: PageTable,
     shards: Box<[Mutex<Shard>]>,
-    counts: Striped<3>,
+    /// Each shard's `bytes`, readable without its lock.
+    shard_bytes: Box<[AtomicUsize]>,
+    counts: Striped<4>,
+    map: Option<GrowingMap>,
 }
 
 /// Shards spread the lock taken on a miss; each needs room for many
@@ -205,8 +279,27 @@ impl PageCache {
             shards: (0..shards)
                 .map(|_| Mutex::new(Shard::new(shard_budget)))
                 .collect(),
+            shard_bytes: (0..shards).map(|_| AtomicUsize::new(0)).collect(),
             counts: Striped::default(),
+            map: None,
         }
+    }
+
+    /// The cache, reading pages through a read-only map of its file when
+    /// `yes` and the file layer maps files (else with `pread`). The file
+    /// must only grow while the cache lives: nothing may truncate it.
+    pub fn with_mapped_reads(mut self, yes: bool) -> Result<PageCache, BtreeError> {
+        self.map = if yes {
+            GrowingMap::new(Arc::clone(&self.file))?
+        } else {
+            None
+        };
+        Ok(self)
+    }
+
+    /// Whether pages are read through a map.
+    pub fn reads_mapped(&self) -> bool {
+        self.map.is_some()
     }
 
     /// The page size the cache reads.
@@ -233,45 +326,74 @@ impl PageCache {
         self.max_value_bytes
     }
 
-    fn shard(&self, page: PageNo) -> &Mutex<Shard> {
+    fn shard_index(&self, page: PageNo) -> usize {
         // Fibonacci hashing: consecutive pages land in different shards.
         let h = page.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 32;
-        &self.shards[(h % self.shards.len() as u64) as usize]
+        (h % self.shards.len() as u64) as usize
+    }
+
+    /// Change page `page`'s shard under its lock, and publish its size.
+    fn with_shard<R>(&self, page: PageNo, f: impl FnOnce(&mut Shard) -> R) -> R {
+        let i = self.shard_index(page);
+        let mut shard = lock(&self.shards[i]);
+        let r = f(&mut shard);
+        self.shard_bytes[i].store(shard.bytes, Ordering::Relaxed);
+        r
+    }
+
+    /// Whether page `page`'s shard could take a decoded page without
+    /// evicting one (read without its lock: a hint).
+    fn has_room(&self, page: PageNo) -> bool {
+        let i = self.shard_index(page);
+        let budget = self.budget_bytes / self.shards.len();
+        self.shard_bytes[i].load(Ordering::Relaxed) + 2 * self.page_size.bytes() <= budget
     }
 
     /// Put a node a checkpoint just wrote (and synced) at `loc`.
     pub fn insert(&self, loc: Location, node: Arc<Node>) {
         debug_assert_eq!(node.location(), Some(loc));
         let guard = epoch::pin();
-        let evicted = lock(self.shard(loc.page)).insert(&self.table, loc, node, &guard);
+        let evicted = self.with_shard(loc.page, |s| s.insert(&self.table, loc, node, &guard));
         self.counts.add(EVICTIONS, evicted);
     }
 
     /// Forget page `page`: its number is about to be reused.
     pub fn invalidate(&self, page: PageNo) {
         let guard = epoch::pin();
-        lock(self.shard(page)).remove(&self.table, page, &guard);
+        self.with_shard(page, |s| s.remove(&self.table, page, &guard));
     }
 
     /// What the cache holds and has done.
     pub fn stats(&self) -> CacheStats {
         let cached: usize = self.shards.iter().map(|s| lock(s).bytes).sum();
-        let [hits, misses, evictions] = self.counts.sum();
+        let [hits, misses, evictions, in_place] = self.counts.sum();
         CacheStats {
             hits,
             misses,
             evictions,
             cached_bytes: cached as u64,
+            searched_in_place: in_place,
+            remaps: self.map.as_ref().map_or(0, GrowingMap::remaps),
         }
     }
 
+    fn page_offset(&self, page: PageNo) -> Result<u64, BtreeError> {
+        page.checked_mul(self.page_size.bytes() as u64)
+            .ok_or(BtreeError::Corrupt {
+                page,
+                reason: "a page number past any file",
+            })
+    }
+
     fn read_page(&self, page: PageNo, buf: &mut [u8]) -> Result<(), BtreeError> {
-        let offset =
-            page.checked_mul(self.page_size.bytes() as u64)
-                .ok_or(BtreeError::Corrupt {
-                    page,
-                    reason: "a page number past any file",
-                })?;
+        let offset = self.page_offset(page)?;
+        if let Some(map) = &self.map {
+            let guard = epoch::pin();
+            if let Some(bytes) = map.read(offset, buf.len(), &guard)? {
+                buf.copy_from_slice(&bytes);
+                return Ok(());
+            }
+        }
         self.file.read_exact_at(buf, offset)?;
         Ok(())
     }
@@ -290,13 +412,56 @@ impl PageCache {
 
     fn miss(&self, loc: Location) -> Result<Arc<Node>, BtreeError> {
         self.counts.add(MISSES, 1);
+        let node = match &self.map {
+            Some(map) => {
+                let guard = epoch::pin();
+                match map.read(self.page_offset(loc.page)?, self.page_size.bytes(), &guard)? {
+                    Some(bytes) => decode_node(&bytes, self.page_size, loc)?,
+                    None => self.pread_node(loc)?,
+                }
+            }
+            None => self.pread_node(loc)?,
+        };
+        let node = Arc::new(node);
+        self.insert(loc, Arc::clone(&node));
+        Ok(node)
+    }
+
+    fn pread_node(&self, loc: Location) -> Result<Node, BtreeError> {
         // Direct-I/O descriptors need an aligned buffer; page sizes are
         // multiples of any logical block size up to 4096.
         let mut buf = AlignedBuf::new(self.page_size.bytes(), self.page_size.bytes().min(4096));
-        self.read_page(loc.page, &mut buf)?;
-        let node = Arc::new(decode_node(&buf, self.page_size, loc)?);
-        self.insert(loc, Arc::clone(&node));
-        Ok(node)
+        self.file
+            .read_exact_at(&mut buf, self.page_offset(loc.page)?)?;
+        Ok(decode_node(&buf, self.page_size, loc)?)
+    }
+
+    /// Search the leaf at `loc` in the mapped page, if the map shows it
+    /// (`None`: load it instead).
+    fn search_mapped<'g>(
+        &'g self,
+        map: &'g GrowingMap,
+        loc: Location,
+        key: &[u8],
+        guard: &'g Guard,
+    ) -> Result<Option<LeafLookup<'g>>, BtreeError> {
+        let offset = self.page_offset(loc.page)?;
+        let Some(bytes) = map.read(offset, self.page_size.bytes(), guard)? else {
+            return Ok(None);
+        };
+        self.counts.add(MISSES, 1);
+        let found = match search_leaf(&bytes, self.page_size, loc, key)? {
+            LeafSearch::Found(cell) => Some(InPlace::new(cell)),
+            LeafSearch::Absent => None,
+            LeafSearch::NotALeaf => {
+                // Not searched: decoded, for the caller to say what is
+                // wrong with it (as a load would).
+                let node = decode_node(&bytes, self.page_size, loc)?;
+                return Ok(Some(LeafLookup::Node(NodeRef::Owned(Arc::new(node)))));
+            }
+        };
+        self.counts.add(IN_PLACE, 1);
+        Ok(Some(LeafLookup::Searched(found)))
     }
 }
 
@@ -331,6 +496,23 @@ impl PageSource for PageCache {
         read_overflow_chain(self.page_size, first, len, |page, buf| {
             self.read_page(page, buf)
         })
+    }
+
+    fn search_leaf<'g>(
+        &'g self,
+        loc: Location,
+        key: &[u8],
+        guard: &'g Guard,
+    ) -> Result<LeafLookup<'g>, BtreeError> {
+        if let Some(node) = self.hit(loc, guard) {
+            return Ok(LeafLookup::Node(NodeRef::Borrowed(node)));
+        }
+        if let Some(map) = self.map.as_ref().filter(|_| !self.has_room(loc.page)) {
+            if let Some(found) = self.search_mapped(map, loc, key, guard)? {
+                return Ok(found);
+            }
+        }
+        self.miss(loc).map(|n| LeafLookup::Node(NodeRef::Owned(n)))
     }
 }
 

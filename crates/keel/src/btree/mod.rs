@@ -38,7 +38,8 @@ mod write;
 
 pub use batch::{Change, Fork, FORK_MIN_CHANGES, GROUP_MIN_CHANGES};
 pub use cache::{
-    read_overflow_chain, CacheStats, NoPageSource, NodeRef, OverflowData, PageCache, PageSource,
+    read_overflow_chain, CacheStats, InPlace, LeafLookup, NoPageSource, NodeRef, OverflowData,
+    PageCache, PageSource,
 };
 pub use check::{check_tree, TreeStats};
 pub use checkpoint::{assign_pages, detach_clean, reserve_pages, Checkpoint, Placed, Plan};
@@ -51,10 +52,10 @@ pub use limits::{
 pub use node::{Body, Branch, Node};
 pub use page::{
     decode_node, decode_overflow, decode_page, encode_node, encode_node_into, encode_overflow,
-    encode_overflow_into, page_crc, OverflowPage, Page, BRANCH_CELL_FIXED_BYTES,
-    LEAF_INLINE_CELL_FIXED_BYTES, LEAF_OVERFLOW_CELL_FIXED_BYTES, OVERFLOW_HEADER_BYTES,
-    PAGE_HEADER_BYTES, PAGE_TYPE_BRANCH, PAGE_TYPE_FREELIST, PAGE_TYPE_LEAF, PAGE_TYPE_META,
-    PAGE_TYPE_OVERFLOW,
+    encode_overflow_into, page_crc, search_leaf, FoundCell, LeafSearch, OverflowPage, Page,
+    BRANCH_CELL_FIXED_BYTES, LEAF_INLINE_CELL_FIXED_BYTES, LEAF_OVERFLOW_CELL_FIXED_BYTES,
+    OVERFLOW_HEADER_BYTES, PAGE_HEADER_BYTES, PAGE_TYPE_BRANCH, PAGE_TYPE_FREELIST, PAGE_TYPE_LEAF,
+    PAGE_TYPE_META, PAGE_TYPE_OVERFLOW,
 };
 pub use read::{Entry, Range};
 pub use tree::{Tree, TreeMut};
@@ -79,6 +80,8 @@ pub struct Location {
 mod bound_tests;
 #[cfg(test)]
 pub(crate) mod forge;
+#[cfg(test)]
+mod mapped_tests;
 #[cfg(test)]
 mod model_tests;
 #[cfg(test)]

@@ -8,6 +8,10 @@
 //! removes go through `TreeMut::apply` on two threads or one, some sorted
 //! with each key once (as a checkpoint's fold gives them: leaves are then
 //! rebuilt by merging, `Leaf::merged`).
+//!
+//! Pages are read through a map of the file or with `pread` (a parameter
+//! of each run); every lookup and scan is also made through a cache that
+//! reads the other way, and both must give the model's answer.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::ops::Bound::{self, Excluded, Included, Unbounded};
@@ -100,6 +104,8 @@ struct Run {
     ps: PageSize,
     pad: usize,
     disk: Disk,
+    /// A cache that reads pages the other way (`pread` or a map).
+    other: PageCache,
     tm: TreeMut,
     model: Model,
     snapshots: Vec<(Tree, Model)>,
@@ -109,11 +115,13 @@ struct Run {
 }
 
 impl Run {
-    fn new(ps: PageSize, pad: usize) -> Run {
+    fn new(ps: PageSize, pad: usize, mapped: bool) -> Run {
+        let disk = Disk::reading(ps, CACHE_BYTES, mapped);
         Run {
             ps,
             pad,
-            disk: Disk::new(ps, CACHE_BYTES),
+            other: disk.other_cache(CACHE_BYTES),
+            disk,
             tm: Tree::new(ps).edit(),
             model: Model::new(),
             snapshots: Vec::new(),
@@ -178,8 +186,7 @@ impl Run {
             }
             Op::Get { key } => {
                 let k = self.key(key);
-                let got = self.tm.get(src, &k).unwrap();
-                assert_eq!(got.map(|e| e.value().to_vec()), self.model.get(&k).cloned());
+                self.check_get(&self.tm.snapshot(), &k, &self.model);
             }
             Op::Batch {
                 ref changes,
@@ -279,14 +286,33 @@ impl Run {
         }
     }
 
+    /// `key` looked up in `t` through both caches, against `model`.
+    fn check_get(&self, t: &Tree, key: &[u8], model: &Model) {
+        let want = model.get(key);
+        for src in [&self.disk.cache, &self.other] {
+            let got = t.get(src, key).unwrap();
+            if let Some(e) = &got {
+                assert_eq!(e.key(), key);
+            }
+            assert_eq!(got.as_ref().map(|e| e.value()), want.map(|v| &v[..]));
+        }
+    }
+
     fn check_all(&self) {
         let t = self.tm.snapshot();
         let stats = check_tree(&t, &self.disk.cache).unwrap();
         assert_eq!(stats.entries, self.model.len() as u64);
         compare_range(&t, &self.disk.cache, &self.model, Unbounded, Unbounded);
+        compare_range(&t, &self.other, &self.model, Unbounded, Unbounded);
+        for id in (0..KEYS).step_by(3) {
+            self.check_get(&t, &self.key(id), &self.model);
+        }
         for (t, m) in &self.snapshots {
             check_tree(t, &self.disk.cache).unwrap();
             compare_range(t, &self.disk.cache, m, Unbounded, Unbounded);
+            for id in (0..KEYS).step_by(7) {
+                self.check_get(t, &self.key(id), m);
+            }
         }
         let held = self.disk.cache.stats().cached_bytes as usize;
         assert!(held <= CACHE_BYTES, "cache holds {held} bytes");
@@ -366,8 +392,8 @@ fn compare_range(
     }
 }
 
-fn run(ps: PageSize, pad: usize, ops: &[Op]) {
-    let mut r = Run::new(ps, pad);
+fn run(ps: PageSize, pad: usize, mapped: bool, ops: &[Op]) {
+    let mut r = Run::new(ps, pad, mapped);
     for (i, op) in ops.iter().enumerate() {
         r.apply(op);
         if i % 25 == 24 {
@@ -394,16 +420,23 @@ proptest! {
     fn tree_matches_a_btreemap(
         pad in prop_oneof![Just(0usize), Just(150), Just(700)],
         page_bytes in prop_oneof![4 => Just(4096usize), 1 => Just(8192)],
+        mapped in any::<bool>(),
         ops in proptest::collection::vec(op(), 1..300),
     ) {
-        run(PageSize::new(page_bytes).unwrap(), pad, &ops);
+        run(PageSize::new(page_bytes).unwrap(), pad, mapped, &ops);
     }
 }
 
 /// Long runs that make the tree deep and empty it again.
 #[test]
 fn fill_and_drain_with_checkpoints() {
-    let mut r = Run::new(PageSize::DEFAULT, 700);
+    for mapped in [true, false] {
+        fill_and_drain(mapped);
+    }
+}
+
+fn fill_and_drain(mapped: bool) {
+    let mut r = Run::new(PageSize::DEFAULT, 700, mapped);
     for round in 0..3u16 {
         for i in 0..KEYS {
             let key = (i * 7 + round) % KEYS;
@@ -429,4 +462,7 @@ fn fill_and_drain_with_checkpoints() {
         r.check_all();
         assert!(r.tm.is_empty());
     }
+    // The pread cache never searches in place; the mapped one did.
+    let searched = r.disk.cache.stats().searched_in_place + r.other.stats().searched_in_place;
+    assert!(searched > 100, "{searched} lookups searched in place");
 }

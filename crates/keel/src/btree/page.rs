@@ -370,13 +370,39 @@ fn decode_leaf(
     page: PageNo,
     h: &Header,
 ) -> Result<Leaf, PageError> {
+    let mut leaf = Leaf::with_capacity(usize::from(h.count), bytes.len());
+    let end = walk_leaf(bytes, page_size, page, h, |key, value| match value {
+        Cell::Inline(v) => leaf.push(key, ValueRef::Inline(v)),
+        Cell::Overflow(o) => leaf.push(key, ValueRef::Overflow(&Arc::new(o))),
+    })?;
+    debug_assert_eq!(leaf.encoded_bytes(), end);
+    leaf.shrink_to_fit();
+    Ok(leaf)
+}
+
+/// A leaf cell's value, as [`walk_leaf`] hands it on.
+enum Cell<'a> {
+    Inline(&'a [u8]),
+    Overflow(OverflowValue),
+}
+
+/// Check a leaf page's cells against every rule of the format, handing
+/// each to `visit` in key order; returns where the cells end. The one
+/// check of a leaf's layout, shared by [`decode_node`] and
+/// [`search_leaf`], so that both refuse exactly the same pages.
+fn walk_leaf<'a>(
+    bytes: &'a [u8],
+    page_size: PageSize,
+    page: PageNo,
+    h: &Header,
+    mut visit: impl FnMut(&'a [u8], Cell<'a>),
+) -> Result<usize, PageError> {
     if h.level != 0 {
         return Err(layout(page, "a leaf with a nonzero level"));
     }
     if h.count == 0 {
         return Err(layout(page, "an empty leaf"));
     }
-    let mut leaf = Leaf::with_capacity(usize::from(h.count), bytes.len());
     let mut at = PAGE_HEADER_BYTES;
     let mut prev: Option<&[u8]> = None;
     for _ in 0..h.count {
@@ -396,7 +422,7 @@ fn decode_leaf(
                 let key = field(bytes, page, key_at, key_len)?;
                 let value = field(bytes, page, key_at + key_len, value_len)?;
                 check_order(prev, key, page)?;
-                leaf.push(key, ValueRef::Inline(value));
+                visit(key, Cell::Inline(value));
                 (key, key_at + key_len + value_len)
             }
             KIND_OVERFLOW => {
@@ -405,7 +431,7 @@ fn decode_leaf(
                 let r = field(bytes, page, ref_at, OVERFLOW_REF_BYTES)?;
                 let value = decode_overflow_ref(r, page_size, page)?;
                 check_order(prev, key, page)?;
-                leaf.push(key, ValueRef::Overflow(&Arc::new(value)));
+                visit(key, Cell::Overflow(value));
                 (key, ref_at + OVERFLOW_REF_BYTES)
             }
             _ => return Err(layout(page, "an unknown value kind")),
@@ -414,9 +440,54 @@ fn decode_leaf(
         at = next;
     }
     check_zero_tail(bytes, page, at)?;
-    debug_assert_eq!(leaf.encoded_bytes(), at);
-    leaf.shrink_to_fit();
-    Ok(leaf)
+    Ok(at)
+}
+
+/// A cell [`search_leaf`] found, borrowed from the page.
+#[derive(Debug)]
+pub enum FoundCell<'a> {
+    /// The key and its inline value.
+    Inline(&'a [u8], &'a [u8]),
+    /// The key and its overflow value's reference.
+    Overflow(&'a [u8], OverflowValue),
+}
+
+/// What [`search_leaf`] found at a page its referrer expects to be a leaf.
+#[derive(Debug)]
+pub enum LeafSearch<'a> {
+    /// The key's cell.
+    Found(FoundCell<'a>),
+    /// A valid leaf without the key.
+    Absent,
+    /// A valid page of another type: its checksum and page number are
+    /// right, but it is not a leaf (decode it to say what is wrong).
+    NotALeaf,
+}
+
+/// Look `key` up in the leaf at `expect` without decoding it: the page is
+/// checked exactly as [`decode_node`] checks it (its frame, and every cell
+/// of the leaf, however early the key is found), and nothing is
+/// allocated.
+pub fn search_leaf<'a>(
+    bytes: &'a [u8],
+    page_size: PageSize,
+    expect: Location,
+    key: &[u8],
+) -> Result<LeafSearch<'a>, PageError> {
+    let h = check_frame(bytes, page_size, expect.page, Some(expect.crc))?;
+    if h.kind != PAGE_TYPE_LEAF {
+        return Ok(LeafSearch::NotALeaf);
+    }
+    let mut found = LeafSearch::Absent;
+    walk_leaf(bytes, page_size, expect.page, &h, |k, value| {
+        if k == key {
+            found = LeafSearch::Found(match value {
+                Cell::Inline(v) => FoundCell::Inline(k, v),
+                Cell::Overflow(o) => FoundCell::Overflow(k, o),
+            });
+        }
+    })?;
+    Ok(found)
 }
 
 fn check_order(prev: Option<&[u8]>, key: &[u8], page: PageNo) -> Result<(), PageError> {

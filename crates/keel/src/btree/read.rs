@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use crossbeam_epoch::{self as epoch, Guard};
 
-use super::cache::{NodeRef, PageSource};
+use super::cache::{InPlace, LeafLookup, NodeRef, PageSource};
 use super::leaf::{OverflowValue, ValueRef};
 use super::node::{Body, Branch, Node};
 use super::{BtreeError, Location};
@@ -65,12 +65,20 @@ pub(crate) fn overflow_bytes(
 }
 
 /// One entry of a tree, holding the leaf it was found in (so the key and an
-/// inline value are not copied) and the bytes of an overflow value.
+/// inline value are not copied), or a copy of the entry taken from a page
+/// searched in place, and the bytes of an overflow value.
 #[derive(Clone, Debug)]
 pub struct Entry {
-    leaf: Arc<Node>,
-    index: usize,
+    held: Held,
     overflow: Option<Arc<[u8]>>,
+}
+
+#[derive(Clone, Debug)]
+enum Held {
+    /// The leaf and the entry's index in it.
+    Leaf(Arc<Node>, usize),
+    /// The key, then an inline value; and the key's length.
+    Copied(Arc<[u8]>, usize),
 }
 
 impl Entry {
@@ -80,15 +88,28 @@ impl Entry {
             ValueRef::Overflow(o) => Some(overflow_bytes(o, src)?),
         };
         Ok(Entry {
-            leaf,
-            index,
+            held: Held::Leaf(leaf, index),
+            overflow,
+        })
+    }
+
+    fn copied(found: InPlace, src: &dyn PageSource) -> Result<Entry, BtreeError> {
+        let overflow = match &found.overflow {
+            Some(o) => Some(overflow_bytes(o, src)?),
+            None => None,
+        };
+        Ok(Entry {
+            held: Held::Copied(found.bytes, found.key_len),
             overflow,
         })
     }
 
     /// The key.
     pub fn key(&self) -> &[u8] {
-        self.leaf.as_leaf().expect("a leaf").key(self.index)
+        match &self.held {
+            Held::Leaf(leaf, i) => leaf.as_leaf().expect("a leaf").key(*i),
+            Held::Copied(bytes, key_len) => &bytes[..*key_len],
+        }
     }
 
     /// The value.
@@ -96,9 +117,12 @@ impl Entry {
         if let Some(bytes) = &self.overflow {
             return bytes;
         }
-        match self.leaf.as_leaf().expect("a leaf").value(self.index) {
-            ValueRef::Inline(v) => v,
-            ValueRef::Overflow(_) => unreachable!("overflow bytes are loaded with the entry"),
+        match &self.held {
+            Held::Leaf(leaf, i) => match leaf.as_leaf().expect("a leaf").value(*i) {
+                ValueRef::Inline(v) => v,
+                ValueRef::Overflow(_) => unreachable!("overflow bytes are loaded with the entry"),
+            },
+            Held::Copied(bytes, key_len) => &bytes[*key_len..],
         }
     }
 }
@@ -143,15 +167,64 @@ pub(crate) fn find(
     }
 }
 
-/// The entry for `key`, if present.
+/// Where [`get`]'s descent ended.
+enum Lookup {
+    /// In a leaf, at this index.
+    Leaf(Arc<Node>, usize),
+    /// In a page the source searched in place.
+    Copied(InPlace),
+}
+
+/// The entry for `key`, if present. As [`find`], but a leaf on disk is
+/// searched through [`PageSource::search_leaf`] (in place in a mapped
+/// page, with nothing decoded).
 pub(crate) fn get(
     root: Option<&Arc<Node>>,
     src: &dyn PageSource,
     key: &[u8],
 ) -> Result<Option<Entry>, BtreeError> {
-    match find(root, src, key)? {
-        Some((leaf, i)) => Entry::new(leaf, i, src).map(Some),
+    // The pin ends before an overflow value is read.
+    match lookup(root, src, key)? {
+        Some(Lookup::Leaf(leaf, i)) => Entry::new(leaf, i, src).map(Some),
+        Some(Lookup::Copied(found)) => Entry::copied(found, src).map(Some),
         None => Ok(None),
+    }
+}
+
+fn lookup(
+    root: Option<&Arc<Node>>,
+    src: &dyn PageSource,
+    key: &[u8],
+) -> Result<Option<Lookup>, BtreeError> {
+    let Some(root) = root else {
+        return Ok(None);
+    };
+    let guard = epoch::pin();
+    let mut node = NodeRef::Borrowed(root);
+    loop {
+        let next = match node.body() {
+            Body::Leaf(l) => {
+                return Ok(l
+                    .search(key)
+                    .ok()
+                    .map(|i| Lookup::Leaf(Arc::clone(&node), i)))
+            }
+            Body::Branch(b) if b.level() == 1 => {
+                let i = b.child_index(key);
+                match b.child_or_location(i) {
+                    Ok(leaf) => NodeRef::Owned(leaf),
+                    Err(loc) => match src.search_leaf(loc, key, &guard)? {
+                        LeafLookup::Node(leaf) => {
+                            check_level(&leaf, loc, 0)?;
+                            leaf
+                        }
+                        LeafLookup::Searched(found) => return Ok(found.map(Lookup::Copied)),
+                    },
+                }
+            }
+            Body::Branch(b) => child_pinned(b, b.child_index(key), src, &guard)?,
+        };
+        node = next;
     }
 }
 

@@ -11,13 +11,21 @@ pub(crate) struct Disk {
     pub(crate) file: Arc<dyn VfsFile>,
     pub(crate) cache: PageCache,
     pub(crate) page_size: PageSize,
+    /// Whether caches read pages through a map of the file (else `pread`).
+    pub(crate) mapped: bool,
     /// The next never-used page: pages are not recycled here, so every old
     /// snapshot stays readable.
     pub(crate) next_page: PageNo,
 }
 
 impl Disk {
+    /// A disk whose caches read pages through a map of the file.
     pub(crate) fn new(page_size: PageSize, cache_bytes: usize) -> Disk {
+        Disk::reading(page_size, cache_bytes, true)
+    }
+
+    /// A disk whose caches read through a map (`mapped`) or with `pread`.
+    pub(crate) fn reading(page_size: PageSize, cache_bytes: usize, mapped: bool) -> Disk {
         let vfs = SimVfs::new(7);
         vfs.create_dir_durable(Path::new("/db")).unwrap();
         let file = vfs
@@ -27,9 +35,10 @@ impl Disk {
             )
             .unwrap();
         Disk {
-            cache: PageCache::new(Arc::clone(&file), page_size, cache_bytes),
+            cache: cache(&file, page_size, cache_bytes, mapped),
             file,
             page_size,
+            mapped,
             next_page: FIRST_TREE_PAGE,
         }
     }
@@ -65,6 +74,20 @@ impl Disk {
 
     /// A fresh cache over the same file: nothing decoded in memory.
     pub(crate) fn cold_cache(&self, cache_bytes: usize) -> PageCache {
-        PageCache::new(Arc::clone(&self.file), self.page_size, cache_bytes)
+        cache(&self.file, self.page_size, cache_bytes, self.mapped)
     }
+
+    /// A fresh cache that reads the other way (`pread` if this disk's
+    /// caches map the file, and the reverse).
+    pub(crate) fn other_cache(&self, cache_bytes: usize) -> PageCache {
+        cache(&self.file, self.page_size, cache_bytes, !self.mapped)
+    }
+}
+
+fn cache(file: &Arc<dyn VfsFile>, ps: PageSize, cache_bytes: usize, mapped: bool) -> PageCache {
+    let cache = PageCache::new(Arc::clone(file), ps, cache_bytes)
+        .with_mapped_reads(mapped)
+        .unwrap();
+    assert_eq!(cache.reads_mapped(), mapped);
+    cache
 }

@@ -114,6 +114,14 @@ pub struct Options {
     pub page_size: usize,
     /// The most bytes of decoded pages the page cache holds.
     pub cache_bytes: usize,
+    /// Read the data file's clean pages through a read-only memory map
+    /// (the default) rather than with `pread`: no system call and no copy
+    /// per page, and a lookup in a leaf the cache does not hold searches
+    /// the mapped page in place. The price: an I/O error while reading a
+    /// mapped page raises `SIGBUS`, which kills the process (docs/store.md,
+    /// "Reading through a memory map"); turn this off to get such errors
+    /// as [`DbError::Io`] instead.
+    pub read_mapped: bool,
     /// A checkpoint starts once commits appended this many record bytes
     /// since the last one.
     pub checkpoint_journal_bytes: u64,
@@ -191,6 +199,7 @@ impl Default for Options {
         Options {
             page_size: crate::btree::DEFAULT_PAGE_BYTES,
             cache_bytes: 256 << 20,
+            read_mapped: true,
             checkpoint_journal_bytes: 64 << 20,
             checkpoint_interval: Some(Duration::from_secs(30)),
             backpressure_journal_bytes: 256 << 20,
@@ -223,6 +232,12 @@ impl Builder {
     /// Page cache budget in bytes.
     pub fn cache_bytes(mut self, bytes: usize) -> Self {
         self.options.cache_bytes = bytes;
+        self
+    }
+    /// Read clean pages through a memory map (`true`, the default) or
+    /// with `pread` (see [`Options::read_mapped`]).
+    pub fn read_mapped(mut self, yes: bool) -> Self {
+        self.options.read_mapped = yes;
         self
     }
     /// Checkpoint after this many journal record bytes.

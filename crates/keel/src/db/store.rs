@@ -655,7 +655,8 @@ impl Shared {
         // written: a longer length is damage, refused before it is read.
         let max_value = super::txn::max_value_bytes(journal.options().max_record_bytes());
         let cache = PageCache::new(Arc::clone(&data), ps, options.cache_bytes)
-            .with_max_value_bytes(max_value);
+            .with_max_value_bytes(max_value)
+            .with_mapped_reads(options.read_mapped)?;
         let root = (meta.root.page != 0).then_some(Location {
             page: meta.root.page,
             crc: meta.root.crc,

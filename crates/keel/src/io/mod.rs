@@ -15,10 +15,14 @@
 //! durable when it returns; any other write needs [`VfsFile::sync`]. The
 //! [`WriteMethod`] enum names the combinations `keel bench` measures and the
 //! journal can use.
+//!
+//! Reads of the data file's clean pages may go through a read-only memory
+//! map instead ([`VfsFile::map`], [`GrowingMap`]); writes never do.
 
 mod aligned;
 mod device;
 mod error;
+mod map;
 mod method;
 mod real;
 pub mod sim;
@@ -34,6 +38,7 @@ pub use device::{
     cpu_list, device_logical_block_size, disk_interrupt_cpus, parse_cpu_list, DeviceInfo, MAX_CPU,
 };
 pub use error::{IoError, Result};
+pub use map::{FileMap, GrowingMap, MapBytes, MAP_AHEAD_MIN_BYTES};
 pub use method::{ParseMethodError, WriteMethod};
 pub use real::RealVfs;
 pub use sim::{CrashMode, CrashOp, OpKind, SimVfs};
@@ -234,6 +239,16 @@ pub trait VfsFile: Send + Sync + Debug {
     fn evict_clean_pages(&self) -> Result<()>;
     /// The file's current length.
     fn len(&self) -> Result<u64>;
+    /// A read-only map of the file's first `len` bytes (which may run past
+    /// its end, to leave room for growth: only bytes below the file's
+    /// length may be read through it), or `None` if this file layer does
+    /// not map files. Writes never go through a map; a map shows them as
+    /// the OS page cache does. See [`FileMap`] for what a reader must
+    /// check, and why an I/O error under a map kills the process.
+    fn map(&self, len: u64) -> Result<Option<Arc<dyn FileMap>>> {
+        let _ = len;
+        Ok(None)
+    }
     /// Whether the file is empty.
     fn is_empty(&self) -> Result<bool> {
         Ok(self.len()? == 0)

@@ -11,10 +11,11 @@ use std::sync::{Arc, Mutex};
 use rustix::fs::{FallocateFlags, FlockOperation};
 use rustix::io::ReadWriteFlags;
 
+use super::map::RealMap;
 use super::uring::Ring;
 use super::{
-    check_direct_alignment, IoEngine, IoError, LockGuard, OpenMode, OpenOptions, Result, SyncKind,
-    Vfs, VfsFile, FALLBACK_BLOCK_SIZE,
+    check_direct_alignment, FileMap, IoEngine, IoError, LockGuard, OpenMode, OpenOptions, Result,
+    SyncKind, Vfs, VfsFile, FALLBACK_BLOCK_SIZE,
 };
 
 /// Zero-fill writes this many bytes per system call.
@@ -417,6 +418,10 @@ impl VfsFile for RealFile {
 
     fn len(&self) -> Result<u64> {
         Ok(self.file.metadata().map_err(os("stat", &self.path))?.len())
+    }
+
+    fn map(&self, len: u64) -> Result<Option<Arc<dyn FileMap>>> {
+        Ok(Some(Arc::new(RealMap::new(&self.file, &self.path, len)?)))
     }
 
     fn mode(&self) -> OpenMode {

@@ -39,8 +39,12 @@
 //!   torn. The disk can **lie** (acknowledge a sync but lose the write at the
 //!   next power cut, [`SimVfs::set_lying`]) or **misdirect** a write to
 //!   another offset ([`SimVfs::set_misdirect`]).
+//! * **Maps.** [`VfsFile::map`] gives the twin of a read-only shared map:
+//!   each read copies the live image as it is then (what the OS page cache
+//!   shows a real map), counts in [`SimStats::mapped_reads`], and panics
+//!   where a real map would raise `SIGBUS` (a read past the file's end).
 //!
-//! After [`SimVfs::crash`] every handle opened before it fails with
+//! After [`SimVfs::crash`] every handle (and map) opened before it fails with
 //! [`IoError::Crashed`] and every lock is released: the test reopens, as a
 //! restarted process would.
 
@@ -52,9 +56,10 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 
+use super::map::{past_map, within};
 use super::{
-    check_direct_alignment, IoError, LockGuard, OpenMode, OpenOptions, Result, SyncKind, Vfs,
-    VfsFile,
+    check_direct_alignment, FileMap, IoError, LockGuard, MapBytes, OpenMode, OpenOptions, Result,
+    SyncKind, Vfs, VfsFile,
 };
 
 /// The granularity at which a power cut tears a write: the classic sector.
@@ -123,6 +128,8 @@ pub struct SimStats {
     /// Failed syncs that dropped the file's pending writes (see
     /// [`SimVfs::set_failed_sync_drops`]).
     pub failed_sync_drops: u64,
+    /// Reads through a map ([`VfsFile::map`]).
+    pub mapped_reads: u64,
 }
 
 #[derive(Debug, Clone)]
@@ -1031,12 +1038,63 @@ impl VfsFile for SimFile {
         Ok(self.state()?.inodes[&self.ino].live.len() as u64)
     }
 
+    fn map(&self, len: u64) -> Result<Option<Arc<dyn FileMap>>> {
+        // Like `mmap`, which needs a descriptor of a live file.
+        drop(self.state()?);
+        Ok(Some(Arc::new(SimMap {
+            state: Arc::clone(&self.state),
+            ino: self.ino,
+            path: self.path.clone(),
+            generation: self.generation,
+            len,
+        })))
+    }
+
     fn mode(&self) -> OpenMode {
         self.mode
     }
 
     fn path(&self) -> &Path {
         &self.path
+    }
+}
+
+/// The twin of a real map: each read copies what the file's live image
+/// holds now, which is what a `MAP_SHARED` map of the OS page cache would
+/// show (every completed write, synced or not). Like the file's handle, it
+/// fails once the layer crashed.
+#[derive(Debug)]
+struct SimMap {
+    state: Arc<Mutex<State>>,
+    ino: u64,
+    path: PathBuf,
+    generation: u64,
+    len: u64,
+}
+
+impl FileMap for SimMap {
+    fn len(&self) -> u64 {
+        self.len
+    }
+
+    fn read(&self, offset: u64, len: usize) -> Result<MapBytes<'_>> {
+        if !within(self.len, offset, len) {
+            return Err(past_map(&self.path, offset));
+        }
+        let mut st = lock(&self.state);
+        st.check_alive(self.generation)?;
+        st.stats.mapped_reads += 1;
+        let data = &st.inodes[&self.ino].live;
+        // A real map raises SIGBUS here: the caller broke the contract.
+        assert!(
+            within(data.len() as u64, offset, len),
+            "a mapped read of {len} bytes at {offset} past the end of {} ({} bytes): SIGBUS \
+             on a real map",
+            self.path.display(),
+            data.len()
+        );
+        let at = offset as usize;
+        Ok(MapBytes::Copied(data[at..at + len].to_vec()))
     }
 }
 
