@@ -14,9 +14,17 @@ const EXIT_CODES: &str = "Exit codes:\n  \
        table; `check` found the store damaged (the reason, naming the page or file, is \
        printed)\n  \
     2  the command could not run: a wrong command line or bad hex, no store at the path (or \
-       a path that is not a store), a store another process has open, a store that cannot \
-       be opened because it is damaged (run `keel db check`), a key or value over the \
-       store's limits, or a failed read or write\n\n\
+       a path that is not a store), a store another process has open (`put`, `del`; the \
+       reading commands read it: below), a store that cannot be opened because it is damaged \
+       (run `keel db check`), a key or value over the store's limits, or a failed read or \
+       write\n  \
+    3  `get`, `scan`, `tables`, `stats`, `check` of a store another process has open: no \
+       consistent snapshot of it could be read in 12 attempts (its checkpoints kept changing \
+       what was read); try again\n\n\
+    A store another process has open is read by `get`, `scan`, `tables`, `stats` and `check` \
+    as a live snapshot, read-only (a note on stderr says so): every commit acknowledged \
+    before the command began, nothing not yet durable. `put`, `del`, `load` and `compact` \
+    refuse it (exit 2); `backup` copies such a snapshot.\n\n\
     A reader that closes stdout early (`keel db scan S | head`) ends any command at once, \
     quietly, with exit 0.";
 
@@ -144,14 +152,14 @@ pub enum DbCommand {
     /// List the store's tables, one name a line, sorted (escaped as keys
     /// are: a line break in a name prints as `\x0a`).
     #[command(after_help = EXIT_CODES)]
-    Tables(StoreArgs),
+    Tables(ReadArgs),
     /// Print the store's figures: pages (in the file, free, waiting to be
     /// free), the tree (depth, nodes, entries), the page cache, the
     /// journal (files and bytes on disk), the last checkpoint, and the
     /// CPUs the store's background threads run on beside those taking the
     /// disk's interrupts.
     #[command(after_help = EXIT_CODES)]
-    Stats(StoreArgs),
+    Stats(ReadArgs),
     /// Check the store without writing to it: open it read-only (recovery
     /// validates the meta pages, the journal and every page replay touches,
     /// and replays the journal in memory), then read every page the last
@@ -161,7 +169,7 @@ pub enum DbCommand {
     /// journal records the checkpoint covers); exit 0 with a note for the
     /// torn tail a crash leaves.
     #[command(after_help = EXIT_CODES)]
-    Check(StoreArgs),
+    Check(ReadArgs),
     /// Copy what a damaged store's files prove was committed into a new
     /// store at NEW (which must not exist, or be empty), and say exactly
     /// what could not be recovered. STORE is only read, never changed.
@@ -196,10 +204,8 @@ impl DbCommand {
             DbCommand::Get(a) => a.key.keyed.out.json,
             DbCommand::Del(a) => a.keyed.out.json,
             DbCommand::Scan(a) => a.keyed.out.json,
-            DbCommand::Tables(a)
-            | DbCommand::Stats(a)
-            | DbCommand::Check(a)
-            | DbCommand::Compact(a) => a.out.json,
+            DbCommand::Tables(a) | DbCommand::Stats(a) | DbCommand::Check(a) => a.out.json,
+            DbCommand::Compact(a) => a.out.json,
             DbCommand::Salvage(a) => a.out.json,
             DbCommand::Dump(a) => a.out.json,
             DbCommand::Load(a) => a.out.json,
@@ -240,6 +246,32 @@ impl Keyed {
     pub fn key_encoding(&self) -> Encoding {
         Encoding::new(self.hex || self.key_hex)
     }
+}
+
+/// `--read-only`, on the commands that only read.
+#[derive(Args, Debug, Clone, Copy, Default)]
+pub struct ReadOnly {
+    /// Open the store read-only: nothing in it is written (no recovery
+    /// step, neither LOCK nor CLEAN). Beside a process that has the store
+    /// open, read a live snapshot of it: every commit acknowledged before
+    /// the command began and nothing not yet durable, taken again when the
+    /// writer's checkpoint changes what it read (exit 3 when no snapshot
+    /// holds within the attempts). Without the flag a store in use is read
+    /// so too, with a note on stderr; a store nobody has open is then
+    /// opened as usual.
+    #[arg(long)]
+    pub read_only: bool,
+}
+
+/// A store, for a command that only reads it.
+#[derive(Args, Debug)]
+pub struct ReadArgs {
+    /// The store directory.
+    pub store: PathBuf,
+    #[command(flatten)]
+    pub ro: ReadOnly,
+    #[command(flatten)]
+    pub out: Output,
 }
 
 #[derive(Args, Debug)]
@@ -293,6 +325,8 @@ pub struct GetArgs {
     /// values, redirected to a file); --hex then applies to the key only.
     #[arg(long, conflicts_with = "json")]
     pub raw: bool,
+    #[command(flatten)]
+    pub ro: ReadOnly,
 }
 
 #[derive(Args, Debug)]
@@ -323,6 +357,8 @@ pub struct ScanArgs {
     pub limit: Option<usize>,
     #[command(flatten)]
     pub keyed: Keyed,
+    #[command(flatten)]
+    pub ro: ReadOnly,
 }
 
 #[derive(Args, Debug)]

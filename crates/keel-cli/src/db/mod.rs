@@ -22,6 +22,7 @@ mod compact;
 mod data;
 mod dump;
 mod failure;
+mod live;
 mod load;
 mod progress;
 mod salvage;
