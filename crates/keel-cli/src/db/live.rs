@@ -83,6 +83,7 @@ pub fn read_store<T>(
     loop {
         let db = open_for_reading(store, read_only)?;
         say_live(&db, store, &mut said);
+        pause_first(&db, attempt);
         let failure = match read(&db) {
             Ok(t) => return Ok(t),
             Err(f) => f,
@@ -105,9 +106,24 @@ pub fn read_store<T>(
 /// `attempt + 1` (2, 4, … up to 64 ms).
 pub fn again(attempt: u32, why: &str) {
     errln!(
-        "note: the writer checkpointed since the snapshot was taken and a read failed ({why}):          taking a new snapshot"
+        "note: a read of the snapshot failed while the writer went on ({why}): taking a new \
+         snapshot"
     );
     std::thread::sleep(std::time::Duration::from_millis(1 << attempt.min(6)));
+}
+
+/// A fail point for tests (tests/db_live.rs): with
+/// `KEEL_FAILPOINT_LIVE_PAUSE_MS=N` in the environment, sleep N ms
+/// between taking the first live snapshot and reading it, long enough for
+/// the writer's checkpoints to reuse the pages it is about to read.
+pub fn pause_first(db: &Database, attempt: u32) {
+    if !db.is_live() || attempt > 0 {
+        return;
+    }
+    let pause = std::env::var("KEEL_FAILPOINT_LIVE_PAUSE_MS").ok();
+    if let Some(ms) = pause.and_then(|v| v.parse().ok()) {
+        std::thread::sleep(std::time::Duration::from_millis(ms));
+    }
 }
 
 /// The exit-3 failure: no consistent snapshot of a store in use.

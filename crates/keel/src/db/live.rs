@@ -298,4 +298,40 @@ mod tests {
         drop(alone);
         std::fs::remove_dir_all(&dir).unwrap();
     }
+
+    /// Records in the journal past the LSN the writer published durable
+    /// (written, their `O_DSYNC` write not yet returned, as far as a
+    /// reader can tell) are left out of a live snapshot.
+    #[test]
+    fn a_live_snapshot_stops_at_the_published_durable_lsn() {
+        let dir = std::env::temp_dir().join(format!("keel-live-bound-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let writer = Database::builder()
+            .background_checkpoints(false)
+            .create(&dir)
+            .unwrap();
+        for i in 0..10u8 {
+            commit(&writer, &[i], b"v");
+        }
+        let last = writer.stats().published_lsn;
+        let live = Database::open_read_only(&dir).unwrap();
+        assert_eq!(live.stats().published_lsn, last);
+        drop(live);
+        // As if the last 4 records' writes had not returned yet.
+        let map = crate::io::SharedMap::create(&dir.join(super::LIVE_FILE)).unwrap();
+        assert_eq!(map.load(super::W_DURABLE), last);
+        map.store(super::W_DURABLE, last - 4);
+        let live = Database::open_read_only(&dir).unwrap();
+        assert_eq!(live.stats().published_lsn, last - 4);
+        assert_eq!(get(&live, &[5]).as_deref(), Some(&b"v"[..]));
+        assert_eq!(get(&live, &[6]), None, "commit 7 of 10 was not durable");
+        drop(live);
+        // The writer's next durable group publishes again.
+        commit(&writer, b"next", b"v");
+        let live = Database::open_read_only(&dir).unwrap();
+        assert_eq!(get(&live, &[9]).as_deref(), Some(&b"v"[..]));
+        drop(live);
+        drop(writer);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 }
