@@ -1,5 +1,5 @@
-//! `keel db scan --read-only` and `keel db check --read-only` on a store
-//! another process is committing to: every answer is the store at a
+//! `keel db scan --read-only`, `keel db check --read-only` and `keel db
+//! backup` on a store another process is committing to: every answer is the store at a
 //! prefix of the commits holding every commit acknowledged before the
 //! command began and none that was not yet issued, through checkpoints
 //! that reuse pages and recycle journal segments under the readers; and
@@ -289,6 +289,33 @@ fn a_live_store_reads_as_a_prefix_of_its_commits_and_the_writer_goes_on() {
         );
         let entries = report["checked"]["entries"].as_u64().unwrap();
         assert_eq!(entries, lsn.min(WINDOW), "check {r}: {report}");
+    }
+    // Backups of the live store: each copy is a prefix too, and checks
+    // clean (one reads its snapshot after a pause, and takes it again).
+    for (b, pause) in [None, Some(Duration::from_millis(300)), None]
+        .into_iter()
+        .enumerate()
+    {
+        let copy = dir.join(format!("copy-{b}"));
+        let before = writer.acked();
+        let out = run(&["db", "backup", st, "--to", copy.to_str().unwrap()], pause);
+        let issued = writer.issued();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(0), "backup {b}: {stderr}");
+        rereads += stderr.matches("taking a new snapshot").count();
+        let cp = copy.to_str().unwrap();
+        let out = run(&["db", "scan", cp, "-t", "t"], None);
+        let n = prefix_of(&String::from_utf8_lossy(&out.stdout))
+            .unwrap_or_else(|e| panic!("backup {b}: not the store at any prefix: {e}"));
+        assert!(
+            (before..=issued).contains(&n),
+            "backup {b}: commit {n}, not in {before}..={issued}"
+        );
+        assert_eq!(
+            run(&["db", "check", cp], None).status.code(),
+            Some(0),
+            "backup {b}"
+        );
     }
     let busy_to = Instant::now();
     let (quiet_acks, quiet_gap) = writer.acks_between(quiet_from, quiet_to);

@@ -59,7 +59,7 @@ pub fn say_live(db: &Database, store: &Path, said: &mut bool) {
 }
 
 /// The process id in the store's `LOCK`, if any.
-fn lock_pid(store: &Path) -> Option<u32> {
+pub fn lock_pid(store: &Path) -> Option<u32> {
     std::fs::read_to_string(store.join(keel::db::LOCK_FILE))
         .ok()?
         .trim()
