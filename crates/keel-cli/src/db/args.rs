@@ -61,8 +61,10 @@ const DUMP_HELP: &str = "Exit codes:\n  \
     0  dumped\n  \
     1  a --table that does not exist (nothing is written)\n  \
     2  the command could not run: a wrong command line, no store at the path, a store another \
-       process has open, a damaged store, a failed read or write (with --out FILE, FILE is \
-       then left as it was: the dump goes to a temporary file renamed over it at the end)\n\n\
+       process has open (a dump streams as it reads, so it takes no live snapshot: back the \
+       store up with `keel db backup`, which does, and dump the copy), a damaged store, a \
+       failed read or write (with --out FILE, FILE is then left as it was: the dump goes to a \
+       temporary file renamed over it at the end)\n\n\
     A reader that closes stdout early (`keel db dump S | head`) ends it at once, quietly, with \
     exit 0.";
 
@@ -84,16 +86,17 @@ const LOAD_HELP: &str = "The store's lock is held from the first line read to th
 const BACKUP_HELP: &str = "The copy is logical: one read transaction's snapshot, every table \
     and entry of it written into a new store at DIR, which is then checkpointed, checked and \
     closed (its data file compact, with STORE's page and journal segment sizes). STORE is \
-    opened read-only: nothing in it changes. A store another process has open cannot be backed \
-    up from the command line: its lock is exclusive, and a live backup from another process \
-    needs read-only access beside the writer, which Keel does not have yet; within one \
-    process, Database::backup copies a store while other threads commit.\n\n\
+    opened read-only: nothing in it changes. A store another process has open is copied from \
+    a live snapshot of it (every commit acknowledged before the command began, nothing not yet \
+    durable; a note on stderr says so); when the writer's checkpoint reuses pages under the \
+    copy, the partial copy is emptied out of DIR and a new snapshot copied, up to 12 times.\n\n\
     Exit codes:\n  \
     0  backed up\n  \
-    2  the command could not run: a wrong command line, no store at STORE, a store another \
-       process has open, DIR not empty (or inside STORE), a damaged store, a failed read or \
-       write (DIR is then left without its data file, so it never opens as a store: remove \
-       it)";
+    2  the command could not run: a wrong command line, no store at STORE, DIR not empty (or \
+       inside STORE), a damaged store, a failed read or write (DIR is then left without its \
+       data file, so it never opens as a store: remove it)\n  \
+    3  STORE is in use and no consistent snapshot of it could be copied in 12 attempts (try \
+       again)";
 
 /// `compact`'s help and exit codes.
 const COMPACT_HELP: &str = "How: STORE is opened read-only (its lock is held throughout, so \
@@ -104,7 +107,8 @@ const COMPACT_HELP: &str = "How: STORE is opened read-only (its lock is held thr
     any later keel db command finishes), the parent directory is fsynced and the old store \
     removed. A crash at any step leaves STORE the old store or the new one, whole; the next \
     compact removes what an interrupted one left beside it (and says so). Needs free space \
-    for the copy.\n\n\
+    for the copy. It refuses a store another process has open: it must hold the store's lock \
+    until the swap.\n\n\
     Exit codes:\n  \
     0  compacted (a leftover that could not be removed is a warning)\n  \
     2  the command could not run: a wrong command line, no store at STORE, a store another \

@@ -24,7 +24,9 @@
 //! values (`docs/store.md`, "Tables and typed keys").
 //!
 //! A store is a directory: `data.keel` (the B+tree's pages and two meta
-//! pages), `journal/` (the write-ahead journal) and `LOCK`. A commit
+//! pages), `journal/` (the write-ahead journal), `LOCK` and `LIVE` (what
+//! the writer tells readers in other processes: see
+//! [`Database::open_read_only`]). A commit
 //! appends one record to the journal and is durable once that record is;
 //! checkpoints write the tree's changed pages to the data file in the
 //! background and let the journal recycle what they cover. See
