@@ -133,7 +133,8 @@ pub enum DbError {
     /// recycled a journal segment under the reader (or the writer was
     /// still opening). Nothing was written; try again, or later.
     #[error(
-        "store {path} is in use and no consistent snapshot of it could be read in {attempts}          attempts (the writer's checkpoints kept changing what the reader read); last: {reason}"
+        "store {path} is in use and no consistent snapshot of it could be read in {attempts} \
+         attempts (the writer's checkpoints kept changing what the reader read); last: {reason}"
     )]
     SnapshotUnavailable {
         /// The store's directory.

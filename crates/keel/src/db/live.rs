@@ -238,7 +238,7 @@ fn attempt_live(dir: &Path, options: &Options) -> std::result::Result<Arc<Shared
 
 #[cfg(test)]
 mod tests {
-    use super::super::{Database, DbError};
+    use super::super::{Database, DbError, LockHolder};
 
     fn get(db: &Database, key: &[u8]) -> Option<Vec<u8>> {
         let read = db.begin_read();
@@ -267,7 +267,15 @@ mod tests {
         commit(&writer, b"a", b"1");
         let live = Database::open_read_only(&dir).unwrap();
         assert!(live.is_live());
+        assert_eq!(live.open_attempts(), 1);
         assert_eq!(get(&live, b"a").as_deref(), Some(&b"1"[..]));
+        // The holder is still the writer, whom a refused opener names.
+        match Database::open(&dir) {
+            Err(DbError::Locked { holder, .. }) => {
+                assert_eq!(holder, LockHolder::OpenDatabase { read_only: false })
+            }
+            other => panic!("{other:?}"),
+        }
         commit(&writer, b"b", b"2");
         assert_eq!(get(&live, b"b"), None, "a snapshot at the open");
         assert!(matches!(live.begin_write(), Err(DbError::ReadOnly(_))));

@@ -529,13 +529,25 @@ impl Database {
 
     fn start_read_only(path: &Path, options: Options) -> Result<Database> {
         let (shared, live, attempts) = live::open_read_only(path, options)?;
-        let mut db = Self::with_checkpointer(shared, false, 0);
+        let mut db = Self::unregistered(shared, false, 0);
+        if !live {
+            // (A live snapshot holds no lock: it names no holder.)
+            holder::opened(&db.shared);
+        }
         db.live = live;
         db.open_attempts = attempts;
         Ok(db)
     }
 
     fn with_checkpointer(shared: Arc<Shared>, background: bool, nice: u8) -> Database {
+        let db = Self::unregistered(shared, background, nice);
+        holder::opened(&db.shared);
+        db
+    }
+
+    /// The `Database` of `shared`, not yet in the registry of the stores
+    /// this process holds (`holder`).
+    fn unregistered(shared: Arc<Shared>, background: bool, nice: u8) -> Database {
         let checkpointer = background.then(|| {
             let s = Arc::clone(&shared);
             std::thread::Builder::new()
@@ -547,7 +559,6 @@ impl Database {
                 })
                 .expect("spawn the checkpoint thread")
         });
-        holder::opened(&shared);
         Database {
             shared,
             checkpointer,
