@@ -255,9 +255,11 @@ impl Keyed {
 /// `--read-only`, on the commands that only read.
 #[derive(Args, Debug, Clone, Copy, Default)]
 pub struct ReadOnly {
-    /// Open the store read-only: nothing in it is written (no recovery
-    /// step, neither LOCK nor CLEAN). Beside a process that has the store
-    /// open, read a live snapshot of it: every commit acknowledged before
+    /// Open the store read-only: its data file and journal are not
+    /// written, nor CLEAN (a store nobody has open is locked meanwhile,
+    /// LOCK naming this process, as by any opener). Beside a process that
+    /// has the store open, read a live snapshot of it, writing nothing at
+    /// all: every commit acknowledged before
     /// the command began and nothing not yet durable, taken again when the
     /// writer's checkpoint changes what it read (exit 3 when no snapshot
     /// holds within the attempts). Without the flag a store in use is read
