@@ -336,17 +336,15 @@ fn paths_that_hold_no_store_exit_2() {
     assert!(!missing.exists());
 }
 
+/// A store another process (this test) has open: the writing commands
+/// are refused, the reading ones read a live snapshot and say so.
 #[test]
-fn a_store_in_use_is_refused() {
+fn a_store_in_use_is_refused_for_writes_and_read_live() {
     let store = new_store("locked");
     let st = s(&store);
     ok(&["put", st, "k", "v"]);
     let held = Database::open(&store).unwrap();
-    for args in [
-        vec!["get", st, "k"],
-        vec!["put", st, "k", "w"],
-        vec!["check", st],
-    ] {
+    for args in [vec!["put", st, "k", "w"], vec!["del", st, "k"]] {
         let out = db(&args);
         assert_eq!(code(&out), 2, "{args:?}");
         assert!(
@@ -355,10 +353,29 @@ fn a_store_in_use_is_refused() {
             stderr(&out)
         );
     }
-    let out = db(&["stats", st, "--json"]);
+    let out = db(&["put", st, "k", "w", "--json"]);
     assert_eq!(json(&out)["kind"], "locked");
+    for args in [
+        vec!["get", st, "k"],
+        vec!["get", st, "k", "--read-only"],
+        vec!["check", st],
+        vec!["tables", st, "--read-only"],
+    ] {
+        let out = ok(&args);
+        assert!(
+            stderr(&out).contains("is in use by process")
+                && stderr(&out).contains("reading a snapshot"),
+            "{args:?}: {}",
+            stderr(&out)
+        );
+    }
+    assert_eq!(stdout(&ok(&["get", st, "k"])), "v\n");
+    let stats = json(&ok(&["stats", st, "--json"]));
+    assert_eq!(stats["live"], true);
     drop(held);
     assert_eq!(stdout(&ok(&["get", st, "k"])), "v\n");
+    let stats = json(&ok(&["stats", st, "--json", "--read-only"]));
+    assert_eq!(stats["live"], false);
 }
 
 /// Flip a byte in page `page` of the store's data file.

@@ -1,6 +1,7 @@
 //! Tables as redb and LMDB users know them: several open at once in one
 //! write transaction, typed keys (integers that sort as numbers, a tuple
-//! key as an index), scans from the end, `delete_range` and `retain`.
+//! key as an index), scans from the end, `delete_range` and `retain`;
+//! and a read-only open beside the writer (a live snapshot).
 //!
 //! Run: `cargo run --release -p keel --example store_tables [DIR]`
 //! (default DIR: a new directory under the system's temp directory).
@@ -98,6 +99,30 @@ fn main() -> Result<(), DbError> {
         println!("as <u32, &str>: {e}");
     }
     drop(read);
+
+    // Read-only beside the writer: here a second `Database` of this
+    // process, and another process opens it the same way. It is a live
+    // snapshot — every acknowledged commit, fixed at the open, nothing
+    // written — that a later commit does not change: reopen to see it.
+    let live = Database::open_read_only(&dir)?;
+    assert!(live.is_live());
+    let snapshot = live.begin_read();
+    let orders_then = snapshot.open_typed(&ORDERS)?.len()?;
+    let txn = db.begin_write()?;
+    txn.open_typed(&ORDERS)?.insert(1003, "desk")?;
+    txn.commit()?;
+    assert_eq!(snapshot.open_typed(&ORDERS)?.len()?, orders_then);
+    println!(
+        "a live snapshot at lsn {}: {orders_then} orders",
+        snapshot.lsn()
+    );
+    drop(snapshot);
+    drop(live);
+    let live = Database::open_read_only(&dir)?;
+    let orders_now = live.begin_read().open_typed(&ORDERS)?.len()?;
+    assert_eq!(orders_now, orders_then + 1);
+    println!("reopened: {orders_now} orders");
+    drop(live);
     db.close()?;
     println!("store in {}", dir.display());
     Ok(())

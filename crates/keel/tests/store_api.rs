@@ -524,8 +524,14 @@ fn a_store_written_before_typed_tables_opens() -> keel::db::Result<()> {
     let dir = temp_dir("fixture");
     let fixture = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/store-v2");
     copy_dir(&fixture, &dir);
+    assert!(!dir.join(keel::db::LIVE_FILE).exists());
     let db = Database::open(&dir)?;
     db.check()?;
+    // Its first open by this Keel publishes for live readers.
+    let live = Database::open_read_only(&dir)?;
+    assert!(live.is_live());
+    assert_eq!(live.begin_read().list_tables()?, ["log", "users"]);
+    drop(live);
     let read = db.begin_read();
     assert_eq!(read.list_tables()?, ["log", "users"]);
     assert_eq!(keys(read.open_table("users")?.iter()), ["user1", "user3"]);

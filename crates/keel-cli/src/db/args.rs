@@ -14,9 +14,17 @@ const EXIT_CODES: &str = "Exit codes:\n  \
        table; `check` found the store damaged (the reason, naming the page or file, is \
        printed)\n  \
     2  the command could not run: a wrong command line or bad hex, no store at the path (or \
-       a path that is not a store), a store another process has open, a store that cannot \
-       be opened because it is damaged (run `keel db check`), a key or value over the \
-       store's limits, or a failed read or write\n\n\
+       a path that is not a store), a store another process has open (`put`, `del`; the \
+       reading commands read it: below), a store that cannot be opened because it is damaged \
+       (run `keel db check`), a key or value over the store's limits, or a failed read or \
+       write\n  \
+    3  `get`, `scan`, `tables`, `stats`, `check` of a store another process has open: no \
+       consistent snapshot of it could be read in 12 attempts (its checkpoints kept changing \
+       what was read); try again\n\n\
+    A store another process has open is read by `get`, `scan`, `tables`, `stats` and `check` \
+    as a live snapshot, read-only (a note on stderr says so): every commit acknowledged \
+    before the command began, nothing not yet durable. `put`, `del`, `load` and `compact` \
+    refuse it (exit 2); `backup` copies such a snapshot.\n\n\
     A reader that closes stdout early (`keel db scan S | head`) ends any command at once, \
     quietly, with exit 0.";
 
@@ -53,8 +61,10 @@ const DUMP_HELP: &str = "Exit codes:\n  \
     0  dumped\n  \
     1  a --table that does not exist (nothing is written)\n  \
     2  the command could not run: a wrong command line, no store at the path, a store another \
-       process has open, a damaged store, a failed read or write (with --out FILE, FILE is \
-       then left as it was: the dump goes to a temporary file renamed over it at the end)\n\n\
+       process has open (a dump streams as it reads, so it takes no live snapshot: back the \
+       store up with `keel db backup`, which does, and dump the copy), a damaged store, a \
+       failed read or write (with --out FILE, FILE is then left as it was: the dump goes to a \
+       temporary file renamed over it at the end)\n\n\
     A reader that closes stdout early (`keel db dump S | head`) ends it at once, quietly, with \
     exit 0.";
 
@@ -76,16 +86,17 @@ const LOAD_HELP: &str = "The store's lock is held from the first line read to th
 const BACKUP_HELP: &str = "The copy is logical: one read transaction's snapshot, every table \
     and entry of it written into a new store at DIR, which is then checkpointed, checked and \
     closed (its data file compact, with STORE's page and journal segment sizes). STORE is \
-    opened read-only: nothing in it changes. A store another process has open cannot be backed \
-    up from the command line: its lock is exclusive, and a live backup from another process \
-    needs read-only access beside the writer, which Keel does not have yet; within one \
-    process, Database::backup copies a store while other threads commit.\n\n\
+    opened read-only: nothing in it changes. A store another process has open is copied from \
+    a live snapshot of it (every commit acknowledged before the command began, nothing not yet \
+    durable; a note on stderr says so); when the writer's checkpoint reuses pages under the \
+    copy, the partial copy is emptied out of DIR and a new snapshot copied, up to 12 times.\n\n\
     Exit codes:\n  \
     0  backed up\n  \
-    2  the command could not run: a wrong command line, no store at STORE, a store another \
-       process has open, DIR not empty (or inside STORE), a damaged store, a failed read or \
-       write (DIR is then left without its data file, so it never opens as a store: remove \
-       it)";
+    2  the command could not run: a wrong command line, no store at STORE, DIR not empty (or \
+       inside STORE), a damaged store, a failed read or write (DIR is then left without its \
+       data file, so it never opens as a store: remove it)\n  \
+    3  STORE is in use and no consistent snapshot of it could be copied in 12 attempts (try \
+       again)";
 
 /// `compact`'s help and exit codes.
 const COMPACT_HELP: &str = "How: STORE is opened read-only (its lock is held throughout, so \
@@ -96,7 +107,8 @@ const COMPACT_HELP: &str = "How: STORE is opened read-only (its lock is held thr
     any later keel db command finishes), the parent directory is fsynced and the old store \
     removed. A crash at any step leaves STORE the old store or the new one, whole; the next \
     compact removes what an interrupted one left beside it (and says so). Needs free space \
-    for the copy.\n\n\
+    for the copy. It refuses a store another process has open: it must hold the store's lock \
+    until the swap.\n\n\
     Exit codes:\n  \
     0  compacted (a leftover that could not be removed is a warning)\n  \
     2  the command could not run: a wrong command line, no store at STORE, a store another \
@@ -144,14 +156,14 @@ pub enum DbCommand {
     /// List the store's tables, one name a line, sorted (escaped as keys
     /// are: a line break in a name prints as `\x0a`).
     #[command(after_help = EXIT_CODES)]
-    Tables(StoreArgs),
+    Tables(ReadArgs),
     /// Print the store's figures: pages (in the file, free, waiting to be
     /// free), the tree (depth, nodes, entries), the page cache, the
     /// journal (files and bytes on disk), the last checkpoint, and the
     /// CPUs the store's background threads run on beside those taking the
     /// disk's interrupts.
     #[command(after_help = EXIT_CODES)]
-    Stats(StoreArgs),
+    Stats(ReadArgs),
     /// Check the store without writing to it: open it read-only (recovery
     /// validates the meta pages, the journal and every page replay touches,
     /// and replays the journal in memory), then read every page the last
@@ -161,7 +173,7 @@ pub enum DbCommand {
     /// journal records the checkpoint covers); exit 0 with a note for the
     /// torn tail a crash leaves.
     #[command(after_help = EXIT_CODES)]
-    Check(StoreArgs),
+    Check(ReadArgs),
     /// Copy what a damaged store's files prove was committed into a new
     /// store at NEW (which must not exist, or be empty), and say exactly
     /// what could not be recovered. STORE is only read, never changed.
@@ -196,10 +208,8 @@ impl DbCommand {
             DbCommand::Get(a) => a.key.keyed.out.json,
             DbCommand::Del(a) => a.keyed.out.json,
             DbCommand::Scan(a) => a.keyed.out.json,
-            DbCommand::Tables(a)
-            | DbCommand::Stats(a)
-            | DbCommand::Check(a)
-            | DbCommand::Compact(a) => a.out.json,
+            DbCommand::Tables(a) | DbCommand::Stats(a) | DbCommand::Check(a) => a.out.json,
+            DbCommand::Compact(a) => a.out.json,
             DbCommand::Salvage(a) => a.out.json,
             DbCommand::Dump(a) => a.out.json,
             DbCommand::Load(a) => a.out.json,
@@ -240,6 +250,34 @@ impl Keyed {
     pub fn key_encoding(&self) -> Encoding {
         Encoding::new(self.hex || self.key_hex)
     }
+}
+
+/// `--read-only`, on the commands that only read.
+#[derive(Args, Debug, Clone, Copy, Default)]
+pub struct ReadOnly {
+    /// Open the store read-only: its data file and journal are not
+    /// written, nor CLEAN (a store nobody has open is locked meanwhile,
+    /// LOCK naming this process, as by any opener). Beside a process that
+    /// has the store open, read a live snapshot of it, writing nothing at
+    /// all: every commit acknowledged before
+    /// the command began and nothing not yet durable, taken again when the
+    /// writer's checkpoint changes what it read (exit 3 when no snapshot
+    /// holds within the attempts). Without the flag a store in use is read
+    /// so too, with a note on stderr; a store nobody has open is then
+    /// opened as usual.
+    #[arg(long)]
+    pub read_only: bool,
+}
+
+/// A store, for a command that only reads it.
+#[derive(Args, Debug)]
+pub struct ReadArgs {
+    /// The store directory.
+    pub store: PathBuf,
+    #[command(flatten)]
+    pub ro: ReadOnly,
+    #[command(flatten)]
+    pub out: Output,
 }
 
 #[derive(Args, Debug)]
@@ -293,6 +331,8 @@ pub struct GetArgs {
     /// values, redirected to a file); --hex then applies to the key only.
     #[arg(long, conflicts_with = "json")]
     pub raw: bool,
+    #[command(flatten)]
+    pub ro: ReadOnly,
 }
 
 #[derive(Args, Debug)]
@@ -323,6 +363,8 @@ pub struct ScanArgs {
     pub limit: Option<usize>,
     #[command(flatten)]
     pub keyed: Keyed,
+    #[command(flatten)]
+    pub ro: ReadOnly,
 }
 
 #[derive(Args, Debug)]

@@ -4,11 +4,12 @@
 use std::path::Path;
 use std::process::ExitCode;
 
-use keel::db::{BackupProgress, BackupReport, Database, DbError};
+use keel::db::{BackupProgress, BackupReport, Database, DbError, LIVE_ATTEMPTS};
 use serde::Serialize;
 
 use super::args::BackupArgs;
 use super::failure::{check_store_dir, Failure, Kind};
+use super::live::{again, no_snapshot, pause_first, say_live};
 use super::print_json;
 use super::progress::Progress;
 use crate::util::format_size_approx;
@@ -26,17 +27,7 @@ struct BackedUp {
 }
 
 pub fn run(a: BackupArgs) -> Result<ExitCode, Failure> {
-    let db = open_source(
-        &a.store,
-        "backup",
-        "Stop the process that has it open, or back it up from inside that process \
-         (Database::backup copies a store while other threads commit)",
-    )?;
-    let progress = Progress::new("backing up");
-    let report = db
-        .backup_with_progress(&a.to, |p: &BackupProgress| progress.set(p.entries))
-        .map_err(|e| backup_failure(e, &a.store, &a.to))?;
-    progress.clear();
+    let report = copy(&a.store, &a.to)?;
     let out = BackedUp {
         store: a.store.display().to_string(),
         to: a.to.display().to_string(),
@@ -61,6 +52,58 @@ pub fn run(a: BackupArgs) -> Result<ExitCode, Failure> {
     Ok(ExitCode::SUCCESS)
 }
 
+/// Back the store up into `to`. A store another process has open is
+/// copied from a live snapshot; when a read of it fails once the writer
+/// has checkpointed since it was taken (it may have reused the pages
+/// read), the partial copy is emptied out of `to` (which was empty or
+/// missing: `Database::backup` refuses anything else) and a new snapshot
+/// copied, up to `LIVE_ATTEMPTS` in all (then exit 3).
+fn copy(store: &Path, to: &Path) -> Result<BackupReport, Failure> {
+    let mut said = false;
+    let mut attempt = 0;
+    loop {
+        let db = open_source(store, "backup", "", true)?;
+        say_live(&db, store, &mut said);
+        pause_first(&db, attempt);
+        let progress = Progress::new("backing up");
+        let copied = db.backup_with_progress(to, |p: &BackupProgress| progress.set(p.entries));
+        progress.clear();
+        let e = match copied {
+            Ok(report) => return Ok(report),
+            Err(e) => e,
+        };
+        let refused = matches!(e, DbError::BackupTarget { .. });
+        if refused || !db.live_snapshot_stale() {
+            return Err(backup_failure(e, store, to));
+        }
+        attempt += 1;
+        if attempt >= LIVE_ATTEMPTS {
+            return Err(no_snapshot(store, attempt, &e.to_string()));
+        }
+        drop(db);
+        empty_out(to)?;
+        again(attempt, &e.to_string());
+    }
+}
+
+/// Remove everything inside `dir` (a partial copy), leaving `dir`.
+fn empty_out(dir: &Path) -> Result<(), Failure> {
+    let fail = |e: std::io::Error| {
+        Failure::internal(format!(
+            "removing the partial copy in {}: {e} (remove it before trying again)",
+            dir.display()
+        ))
+    };
+    for entry in std::fs::read_dir(dir).map_err(fail)? {
+        let path = entry.map_err(fail)?.path();
+        match path.is_dir() && !path.is_symlink() {
+            true => std::fs::remove_dir_all(&path).map_err(fail)?,
+            false => std::fs::remove_file(&path).map_err(fail)?,
+        }
+    }
+    Ok(())
+}
+
 /// One line of what a backup copied.
 pub fn summary(r: &BackupReport) -> String {
     format!(
@@ -72,24 +115,40 @@ pub fn summary(r: &BackupReport) -> String {
     )
 }
 
-/// Open `store` read-only for `keel db COMMAND`: a store another process
-/// has open is refused, saying why and what to do (`advice`).
-pub fn open_source(store: &Path, command: &str, advice: &str) -> Result<Database, Failure> {
+/// Open `store` read-only for `keel db COMMAND`. A store another process
+/// has open is a live snapshot when `live` is allowed; otherwise it is
+/// refused, saying why and what to do (`advice`).
+pub fn open_source(
+    store: &Path,
+    command: &str,
+    advice: &str,
+    live: bool,
+) -> Result<Database, Failure> {
     check_store_dir(store)?;
-    Database::builder()
+    let db = Database::builder()
         .background_checkpoints(false)
         .open_read_only(store)
         .map_err(|e| match e {
             DbError::Locked { .. } => Failure::new(
                 Kind::Locked,
-                format!(
-                    "{e}: `keel db {command}` must open the store, and a store's lock is \
-                     exclusive: a copy taken from another process needs read-only access beside \
-                     the writer, which Keel does not have yet. {advice}"
-                ),
+                format!("{e}: `keel db {command}` cannot run beside it. {advice}"),
             ),
             e => Failure::from_db(e, store),
-        })
+        })?;
+    if db.is_live() && !live {
+        let holder = keel::db::LockHolder::OtherProcess {
+            pid: super::live::lock_pid(store),
+        };
+        return Err(Failure::new(
+            Kind::Locked,
+            format!(
+                "store {} is in use by {holder}: `keel db {command}` must hold the store's lock \
+                 to the end, which a process that has it open keeps. {advice}",
+                store.display()
+            ),
+        ));
+    }
+    Ok(db)
 }
 
 fn backup_failure(e: DbError, store: &Path, to: &Path) -> Failure {

@@ -12,12 +12,13 @@ use std::path::Path;
 use std::process::ExitCode;
 
 use keel::btree::{BtreeError, PageError, TreeStats};
-use keel::db::{Database, DbError, DATA_FILE};
+use keel::db::{Database, DbError, DATA_FILE, LIVE_ATTEMPTS};
 use keel::journal::StopReason;
 use serde::Serialize;
 
-use super::args::StoreArgs;
+use super::args::ReadArgs;
 use super::failure::{check_store_dir, kind_of, Failure, Kind};
+use super::live::{again, no_snapshot, pause_first, say_live};
 use super::print_json;
 
 #[derive(Serialize)]
@@ -49,6 +50,8 @@ struct Checked {
     tables: usize,
     checkpoint_lsn: u64,
     newest_lsn: u64,
+    /// A live snapshot of a store another process has open.
+    live: bool,
     /// The tree the last checkpoint wrote, read back from the file.
     disk: Tree,
     /// The newest tree: the checkpoint's with the journal replayed.
@@ -81,13 +84,10 @@ impl From<&TreeStats> for Tree {
     }
 }
 
-pub fn run(a: StoreArgs) -> Result<ExitCode, Failure> {
+pub fn run(a: ReadArgs) -> Result<ExitCode, Failure> {
     let store = &a.store;
     check_store_dir(store)?;
-    let report = match open_for_check(store)? {
-        Ok(db) => check_open(&db, store),
-        Err(damage) => damage,
-    };
+    let report = check_snapshot(store)?;
     if a.out.json {
         print_json(&report)?;
         if let Some(r) = &report.reason {
@@ -98,6 +98,41 @@ pub fn run(a: StoreArgs) -> Result<ExitCode, Failure> {
         out!("{}", render(&report))?;
     }
     Ok(ExitCode::from(if report.status == "ok" { 0 } else { 1 }))
+}
+
+/// Check the store. On a live snapshot of a store in use, damage is
+/// checked again on a new snapshot, up to `LIVE_ATTEMPTS` in all (then
+/// exit 3), when the writer has checkpointed since the snapshot was taken
+/// (it may have reused the pages read), and reported only once two
+/// snapshots in a row of one checkpoint find it alike: the writer
+/// recycles journal segments of records its checkpoint holds at any time,
+/// and a scan of one half rewritten looks like damage to those records.
+fn check_snapshot(store: &Path) -> Result<Report, Failure> {
+    let mut said = false;
+    let mut attempt = 0;
+    let mut seen: Option<String> = None;
+    loop {
+        let db = match open_for_check(store)? {
+            Ok(db) => db,
+            Err(damage) => return Ok(damage),
+        };
+        say_live(&db, store, &mut said);
+        pause_first(&db, attempt);
+        let report = check_open(&db, store);
+        let why = report.reason.clone().unwrap_or_default();
+        let stale = db.live_snapshot_stale();
+        let settled = !stale && seen.as_deref() == Some(why.as_str());
+        if report.status == "ok" || !db.is_live() || settled {
+            return Ok(report);
+        }
+        seen = (!stale).then_some(why.clone());
+        attempt += 1;
+        if attempt >= LIVE_ATTEMPTS {
+            return Err(no_snapshot(store, attempt, &why));
+        }
+        drop(db);
+        again(attempt, &why);
+    }
 }
 
 /// Open the store: the database, or the report of the damage that kept it
@@ -173,6 +208,7 @@ fn check_open(db: &Database, store: &Path) -> Report {
             tables,
             checkpoint_lsn: s.checkpoint_lsn,
             newest_lsn: s.published_lsn,
+            live: db.is_live(),
             disk: Tree::from(&c.disk),
             memory: Tree::from(&c.memory),
             entries,

@@ -68,6 +68,7 @@ pub fn run(a: StoreArgs) -> Result<ExitCode, Failure> {
         &a.store,
         "compact",
         "Stop the process that has it open, then compact it.",
+        false,
     )?;
     let io = |what: &str| {
         let what = what.to_owned();

@@ -10,9 +10,10 @@ use keel::db::{Database, DbError, Limits, ReadTxn, Table, DATA_FILE, JOURNAL_DIR
 use keel::journal::JournalOptions;
 use serde::Serialize;
 
-use super::args::{CreateArgs, GetArgs, KeyArgs, PutArgs, ScanArgs, StoreArgs};
+use super::args::{CreateArgs, GetArgs, KeyArgs, PutArgs, ReadArgs, ScanArgs};
 use super::bytes::{escape, Encoding, Shown};
 use super::failure::{check_store_dir, finish_interrupted_compact, Failure, Kind};
+use super::live::read_store;
 use super::{open, print_json};
 use crate::out::Stdout;
 use crate::util::format_size;
@@ -251,30 +252,38 @@ pub fn get(g: GetArgs) -> Result<ExitCode, Failure> {
     let enc = Encoding::new(a.keyed.hex);
     let key = a.keyed.key_encoding().parse("KEY", &a.key)?;
     let table = a.keyed.table.as_str();
-    let db = open(&a.store)?;
-    // The store refuses to write such a key; say so rather than "absent".
-    let max = db.limits().max_key_bytes;
-    if key.len() > max {
-        return Err(Failure::from_db(
-            DbError::KeyTooLong {
+    let store = &a.store;
+    // `Err(failure)` of kind `Absent`: no such table.
+    let found = read_store(store, g.ro.read_only, |db| {
+        // The store refuses to write such a key; say so rather than "absent".
+        let max = db.limits().max_key_bytes;
+        if key.len() > max {
+            let e = DbError::KeyTooLong {
                 len: key.len(),
                 max,
-            },
-            &a.store,
-        ));
-    }
-    let read = db.begin_read();
+            };
+            return Err(Failure::from_db(e, store));
+        }
+        let read = db.begin_read();
+        match read_table(&read, table, store) {
+            Ok(t) => t
+                .get(&key)
+                .map(|v| Ok(v.map(|v| v.to_vec())))
+                .map_err(|e| Failure::from_db(e, store)),
+            Err(f) if f.kind == Kind::Absent => Ok(Err(f)),
+            Err(f) => Err(f),
+        }
+    })?;
     let key_shown = enc.json(&key);
-    let value = match read_table(&read, table, &a.store) {
-        Ok(t) => t.get(&key).map_err(|e| Failure::from_db(e, &a.store))?,
-        Err(f) if f.kind == Kind::Absent => {
+    let value = match found {
+        Ok(v) => v,
+        Err(f) => {
             if a.keyed.out.json {
                 print_json(&Got::absent(table, key_shown))?;
             }
             errln!("not found: {}", f.message);
             return Ok(ExitCode::from(f.code));
         }
-        Err(f) => return Err(f),
     };
     let Some(value) = value else {
         if a.keyed.out.json {
@@ -334,54 +343,57 @@ pub fn scan(a: ScanArgs) -> Result<ExitCode, Failure> {
     let from = parse("--from", &a.from)?;
     let to = parse("--to", &a.to)?;
     let prefix = parse("--prefix", &a.prefix)?;
-    let table = a.keyed.table.as_str();
-    let json = a.keyed.out.json;
-    let db = open(&a.store)?;
-    let read = db.begin_read();
-    let t = read_table(&read, table, &a.store)?;
-    let iter = match &prefix {
-        Some(p) => t.prefix(p),
-        None => {
-            let start: Bound<&[u8]> = from.as_deref().map_or(Bound::Unbounded, Bound::Included);
-            let end: Bound<&[u8]> = to.as_deref().map_or(Bound::Unbounded, Bound::Excluded);
-            t.range((start, end))
-        }
+    let range = Range {
+        table: a.keyed.table.as_str(),
+        from: from.as_deref(),
+        to: to.as_deref(),
+        prefix: prefix.as_deref(),
+        limit: a.limit.unwrap_or(usize::MAX),
     };
-    let limit = a.limit.unwrap_or(usize::MAX);
-    let (mut count, mut more, mut entries) = (0, false, Vec::new());
+    let json = a.keyed.out.json;
+    let store = &a.store;
     // Text lines go out as they are found (a buffer at a time), and a
     // reader that closes stdout (`keel db scan S | head`) ends the scan.
-    // JSON is one object, printed once the scan is whole.
+    // JSON is one object, printed once the scan is whole; so is a scan of
+    // a live snapshot, which may have to be taken again.
     let mut out = Stdout::buffered();
-    for kv in iter {
-        let kv = kv.map_err(|e| Failure::from_db(e, &a.store))?;
-        if count == limit {
-            more = true;
-            break;
-        }
-        count += 1;
-        if json {
-            entries.push(Entry {
-                key: enc.json(kv.0.as_bytes()),
-                value: enc.json(kv.1.as_bytes()),
-            });
-        } else {
+    let (mut entries, mut count, mut more) = (Vec::new(), 0, false);
+    read_store(store, a.ro.read_only, |db| {
+        entries.clear();
+        let live = db.is_live();
+        let mut line = |k: &[u8], v: &[u8]| -> Result<(), Failure> {
+            if json || live {
+                entries.push((k.to_vec(), v.to_vec()));
+                return Ok(());
+            }
             // Escaped text holds no tab and no line break.
-            writeln!(
-                out,
-                "{}\t{}",
-                enc.text(kv.0.as_bytes()),
-                enc.text(kv.1.as_bytes())
-            )?;
+            Ok(writeln!(out, "{}\t{}", enc.text(k), enc.text(v))?)
+        };
+        (count, more) = range.scan(db, store, &mut line)?;
+        Ok(())
+    })?;
+    if !json {
+        for (k, v) in &entries {
+            writeln!(out, "{}\t{}", enc.text(k), enc.text(v))?;
         }
     }
     out.finish()?;
     if more && !json {
-        errln!("note: stopped at --limit {limit}; more entries follow");
+        errln!(
+            "note: stopped at --limit {}; more entries follow",
+            range.limit
+        );
     }
     if json {
+        let entries = entries
+            .iter()
+            .map(|(k, v)| Entry {
+                key: enc.json(k),
+                value: enc.json(v),
+            })
+            .collect();
         print_json(&Scanned {
-            table: table.into(),
+            table: range.table.into(),
             entries,
             count,
             more,
@@ -390,17 +402,61 @@ pub fn scan(a: ScanArgs) -> Result<ExitCode, Failure> {
     Ok(ExitCode::SUCCESS)
 }
 
+/// Where `scan` sends each entry it lists.
+type Line<'l> = dyn FnMut(&[u8], &[u8]) -> Result<(), Failure> + 'l;
+
+/// What `scan` lists.
+struct Range<'a> {
+    table: &'a str,
+    from: Option<&'a [u8]>,
+    to: Option<&'a [u8]>,
+    prefix: Option<&'a [u8]>,
+    limit: usize,
+}
+
+impl Range<'_> {
+    /// Give each entry of the range to `line`, in key order, up to the
+    /// limit; returns how many, and whether more follow.
+    fn scan(
+        &self,
+        db: &Database,
+        store: &Path,
+        line: &mut Line<'_>,
+    ) -> Result<(usize, bool), Failure> {
+        let read = db.begin_read();
+        let t = read_table(&read, self.table, store)?;
+        let iter = match self.prefix {
+            Some(p) => t.prefix(p),
+            None => {
+                let start: Bound<&[u8]> = self.from.map_or(Bound::Unbounded, Bound::Included);
+                let end: Bound<&[u8]> = self.to.map_or(Bound::Unbounded, Bound::Excluded);
+                t.range((start, end))
+            }
+        };
+        let mut count = 0;
+        for kv in iter {
+            let kv = kv.map_err(|e| Failure::from_db(e, store))?;
+            if count == self.limit {
+                return Ok((count, true));
+            }
+            count += 1;
+            line(kv.0.as_bytes(), kv.1.as_bytes())?;
+        }
+        Ok((count, false))
+    }
+}
+
 #[derive(Serialize)]
 struct Tables {
     tables: Vec<String>,
 }
 
-pub fn tables(a: StoreArgs) -> Result<ExitCode, Failure> {
-    let db = open(&a.store)?;
-    let tables = db
-        .begin_read()
-        .list_tables()
-        .map_err(|e| Failure::from_db(e, &a.store))?;
+pub fn tables(a: ReadArgs) -> Result<ExitCode, Failure> {
+    let tables = read_store(&a.store, a.ro.read_only, |db| {
+        db.begin_read()
+            .list_tables()
+            .map_err(|e| Failure::from_db(e, &a.store))
+    })?;
     if a.out.json {
         print_json(&Tables { tables })?;
     } else {

@@ -7,12 +7,12 @@ use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use keel::db::{Database, ReadTxn};
+use keel::db::ReadTxn;
 use serde::Serialize;
 
 use super::args::DumpArgs;
 use super::bytes::{Encoding, Shown};
-use super::failure::{check_store_dir, Failure, Kind};
+use super::failure::{Failure, Kind};
 use super::print_json;
 use super::progress::Progress;
 use crate::out::Stdout;
@@ -63,10 +63,15 @@ pub fn run(a: DumpArgs) -> Result<ExitCode, Failure> {
             "--json prints the summary on stdout, where the dump goes: give --out FILE",
         ));
     }
-    check_store_dir(&a.store)?;
-    let db = Database::builder()
-        .open_read_only(&a.store)
-        .map_err(|e| Failure::from_db(e, &a.store))?;
+    // A dump streams as it reads: a live snapshot, which a read may find
+    // grown old half way, is not taken.
+    let db = super::backup::open_source(
+        &a.store,
+        "dump",
+        "Stop the process that has it open, or back it up (`keel db backup` copies a snapshot \
+         of a store in use) and dump the copy.",
+        false,
+    )?;
     let read = db.begin_read();
     let tables = chosen_tables(&read, &a.table, &a.store)?;
     let mut sink = if to_stdout {

@@ -24,6 +24,9 @@ pub enum Kind {
     NotAStore,
     /// Another process has the store open.
     Locked,
+    /// Another process has the store open, and no consistent snapshot of
+    /// it could be read within the attempts (exit 3).
+    SnapshotUnavailable,
     /// A read, write or sync failed, or the store refused the write.
     Failed,
     /// Standard output was closed by its reader: the command stopped
@@ -51,6 +54,7 @@ impl Failure {
         let code = match kind {
             Kind::StdoutClosed => 0,
             Kind::Absent => 1,
+            Kind::SnapshotUnavailable => super::live::EXIT_NO_SNAPSHOT,
             _ => 2,
         };
         Failure {
@@ -106,6 +110,7 @@ pub fn kind_of(e: &DbError) -> Kind {
     match e {
         DbError::NotAStore { .. } => Kind::NotAStore,
         DbError::Locked { .. } => Kind::Locked,
+        DbError::SnapshotUnavailable { .. } => Kind::SnapshotUnavailable,
         DbError::Journal(JournalError::Locked(_)) => Kind::Locked,
         DbError::Corrupt { .. } | DbError::Tree(_) => Kind::Damaged,
         DbError::Journal(

@@ -3,13 +3,15 @@
 //! salvage what a damaged one holds into a new store.
 //!
 //! Every command but `create` opens an existing store, which recovers it
-//! (replays the journal past the last checkpoint) and takes its lock, so a
-//! store another process has open is refused. `put` and `del` commit
-//! durably and close the store, which checkpoints it; the reading commands
-//! only drop it, leaving the files as recovery left them.
+//! (replays the journal past the last checkpoint) and takes its lock. A
+//! store another process has open is read by the reading commands as a
+//! live snapshot (`live`), and refused by the others. `put` and `del`
+//! commit durably and close the store, which checkpoints it; the reading
+//! commands only drop it, leaving the files as recovery left them.
 //!
 //! The modules: `args` (the command line), `bytes` (keys and values as
-//! text or hex), `failure` (errors to messages and exit codes), `data`
+//! text or hex), `failure` (errors to messages and exit codes), `live`
+//! (reading a store in use, snapshot by snapshot), `data`
 //! (create, put, get, del, scan, tables), `stats`, `check`, `salvage`,
 //! `dump` and `load` (JSON lines), `backup`, `compact` and `swap` (its
 //! crash-safe switch of directories), and `progress` (stderr spinners).
@@ -22,6 +24,7 @@ mod compact;
 mod data;
 mod dump;
 mod failure;
+mod live;
 mod load;
 mod progress;
 mod salvage;

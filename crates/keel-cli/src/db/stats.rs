@@ -8,15 +8,19 @@ use keel::db::{Database, DbError, DATA_FILE, JOURNAL_DIR};
 use keel::io::cpu_list;
 use serde::Serialize;
 
-use super::args::StoreArgs;
+use super::args::ReadArgs;
 use super::bytes::escape;
 use super::failure::Failure;
-use super::{open, print_json};
+use super::live::read_store;
+use super::print_json;
 use crate::util::{format_size, format_size_approx};
 
 #[derive(Serialize)]
 struct Report {
     store: String,
+    /// A live snapshot of a store another process has open (read-only,
+    /// beside its writer).
+    live: bool,
     page_size_bytes: usize,
     data_file_bytes: u64,
     /// Every table, and how many keys it holds.
@@ -110,9 +114,8 @@ struct Limits {
     max_transaction_bytes: usize,
 }
 
-pub fn run(a: StoreArgs) -> Result<ExitCode, Failure> {
-    let db = open(&a.store)?;
-    let r = report(&db, &a.store)?;
+pub fn run(a: ReadArgs) -> Result<ExitCode, Failure> {
+    let r = read_store(&a.store, a.ro.read_only, |db| report(db, &a.store))?;
     if a.out.json {
         print_json(&r)?;
     } else {
@@ -133,6 +136,7 @@ fn report(db: &Database, store: &Path) -> Result<Report, Failure> {
         .len();
     Ok(Report {
         store: store.display().to_string(),
+        live: db.is_live(),
         page_size_bytes: s.page_size,
         data_file_bytes,
         tables,

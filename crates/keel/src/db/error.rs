@@ -127,6 +127,23 @@ pub enum DbError {
         /// The store's `reader_pinned_bytes`.
         limit: u64,
     },
+    /// [`super::Database::open_read_only`] of a store another process
+    /// (or `Database`) has open found no consistent snapshot within its
+    /// attempts: each time, the writer's checkpoint reused a page or
+    /// recycled a journal segment under the reader (or the writer was
+    /// still opening). Nothing was written; try again, or later.
+    #[error(
+        "store {path} is in use and no consistent snapshot of it could be read in {attempts} \
+         attempts (the writer's checkpoints kept changing what the reader read); last: {reason}"
+    )]
+    SnapshotUnavailable {
+        /// The store's directory.
+        path: PathBuf,
+        /// How many snapshots were tried.
+        attempts: u32,
+        /// What went wrong with the last one.
+        reason: String,
+    },
     /// The calling thread holds the store's writer slot — one of its own
     /// write transactions has read, and has not ended — and the call would
     /// wait for that slot: it would wait forever. Nothing was done.

@@ -143,8 +143,22 @@ impl Drop for PidLock {
 /// Take the lock of the store in `dir` (its `LOCK` file), and write this
 /// process's id into it; `Locked`, saying who holds it, when refused.
 pub(crate) fn lock_store(vfs: &dyn Vfs, dir: &Path) -> Result<Box<dyn LockGuard>> {
+    lock_store_with(vfs, dir, true)
+}
+
+/// [`lock_store`] in one attempt, with no retry while it is held (see
+/// [`Vfs::try_lock`]).
+pub(crate) fn try_lock_store(vfs: &dyn Vfs, dir: &Path) -> Result<Box<dyn LockGuard>> {
+    lock_store_with(vfs, dir, false)
+}
+
+fn lock_store_with(vfs: &dyn Vfs, dir: &Path, retry: bool) -> Result<Box<dyn LockGuard>> {
     let path = dir.join(super::LOCK_FILE);
-    let guard = match vfs.lock(&path) {
+    let taken = match retry {
+        true => vfs.lock(&path),
+        false => vfs.try_lock(&path),
+    };
+    let guard = match taken {
         Ok(guard) => guard,
         Err(IoError::Locked { .. }) => return Err(refused(vfs, dir)),
         Err(e) => return Err(e.into()),
@@ -206,7 +220,7 @@ fn holder_of(vfs: &dyn Vfs, dir: &Path) -> LockHolder {
 }
 
 /// The process id written in the lock file at `path`, if any.
-fn lock_file_pid(vfs: &dyn Vfs, path: &Path) -> Option<u32> {
+pub(super) fn lock_file_pid(vfs: &dyn Vfs, path: &Path) -> Option<u32> {
     let f = vfs
         .open(path, OpenOptions::new(OpenMode::Buffered).read_only(true))
         .ok()?;

@@ -24,7 +24,9 @@
 //! values (`docs/store.md`, "Tables and typed keys").
 //!
 //! A store is a directory: `data.keel` (the B+tree's pages and two meta
-//! pages), `journal/` (the write-ahead journal) and `LOCK`. A commit
+//! pages), `journal/` (the write-ahead journal), `LOCK` and `LIVE` (what
+//! the writer tells readers in other processes: see
+//! [`Database::open_read_only`]). A commit
 //! appends one record to the journal and is durable once that record is;
 //! checkpoints write the tree's changed pages to the data file in the
 //! background and let the journal recycle what they cover. See
@@ -45,6 +47,7 @@ mod inspect;
 mod item;
 mod kept;
 mod layers;
+mod live;
 pub mod meta;
 mod pagewrite;
 mod pending;
@@ -68,6 +71,7 @@ pub use backup::{
 };
 pub use error::{DbError, LockHolder, Result};
 pub use item::{Key, KeyValue, Value};
+pub use live::{LIVE_ATTEMPTS, LIVE_FILE};
 pub use placement::BackgroundCpus;
 pub use read::{Iter, KeyRange, ReadTxn, Table, MAX_TABLE_NAME_BYTES};
 pub use salvage::{
@@ -339,6 +343,10 @@ impl Builder {
 pub struct Database {
     shared: Arc<Shared>,
     checkpointer: Option<JoinHandle<()>>,
+    /// A live snapshot beside a writer (`live.rs`), not holding the lock.
+    live: bool,
+    /// The attempts the open took (1 but for a live snapshot).
+    open_attempts: u32,
 }
 
 /// What [`Database::stats`] reports.
@@ -464,8 +472,22 @@ impl Database {
     /// and damage the journal skips (records the checkpoint covers) is only
     /// reported. Read transactions see every durable commit;
     /// [`Database::begin_write`] and [`Database::checkpoint`] fail with
-    /// [`DbError::ReadOnly`]. Takes the store's lock like a writer: it does
-    /// not run beside another process that has the store open.
+    /// [`DbError::ReadOnly`].
+    ///
+    /// When nobody has the store open it takes the store's lock, like a
+    /// writer. When another process (or a `Database` of this one) has it
+    /// open, it opens a **live snapshot** instead
+    /// ([`Database::is_live`]), without the lock and writing nothing: the
+    /// store as of the open — every commit the writer acknowledged before
+    /// the call, nothing it had not made durable — and it stays at that
+    /// point; open it again to see later commits. A checkpoint of the
+    /// writer may reuse pages the snapshot reads: a read then fails (a
+    /// checksum mismatch) and [`Database::live_snapshot_stale`] says so;
+    /// reopen. Opening tries [`LIVE_ATTEMPTS`] times before it fails with
+    /// [`DbError::SnapshotUnavailable`]; a holder that publishes no
+    /// durable LSN (a Keel before live readers) is refused with
+    /// [`DbError::Locked`], as before. docs/store.md, "Reading a store in
+    /// use".
     pub fn open_read_only(path: impl AsRef<Path>) -> Result<Database> {
         Self::builder().open_read_only(path)
     }
@@ -521,11 +543,26 @@ impl Database {
     }
 
     fn start_read_only(path: &Path, options: Options) -> Result<Database> {
-        let shared = Shared::open_read_only(path, options)?;
-        Ok(Self::with_checkpointer(shared, false, 0))
+        let (shared, live, attempts) = live::open_read_only(path, options)?;
+        let mut db = Self::unregistered(shared, false, 0);
+        if !live {
+            // (A live snapshot holds no lock: it names no holder.)
+            holder::opened(&db.shared);
+        }
+        db.live = live;
+        db.open_attempts = attempts;
+        Ok(db)
     }
 
     fn with_checkpointer(shared: Arc<Shared>, background: bool, nice: u8) -> Database {
+        let db = Self::unregistered(shared, background, nice);
+        holder::opened(&db.shared);
+        db
+    }
+
+    /// The `Database` of `shared`, not yet in the registry of the stores
+    /// this process holds (`holder`).
+    fn unregistered(shared: Arc<Shared>, background: bool, nice: u8) -> Database {
         let checkpointer = background.then(|| {
             let s = Arc::clone(&shared);
             std::thread::Builder::new()
@@ -537,10 +574,11 @@ impl Database {
                 })
                 .expect("spawn the checkpoint thread")
         });
-        holder::opened(&shared);
         Database {
             shared,
             checkpointer,
+            live: false,
+            open_attempts: 1,
         }
     }
 
@@ -577,6 +615,32 @@ impl Database {
     /// Whether the store was opened with [`Database::open_read_only`].
     pub fn is_read_only(&self) -> bool {
         self.shared.read_only
+    }
+
+    /// Whether this is a live snapshot of a store another process (or
+    /// `Database`) has open: [`Database::open_read_only`] found the
+    /// store's lock held and read the store beside its writer.
+    pub fn is_live(&self) -> bool {
+        self.live
+    }
+
+    /// How many snapshots a live open tried before one held (1 for any
+    /// other open): the others failed because the writer's checkpoint
+    /// changed what they read, or it was still opening.
+    pub fn open_attempts(&self) -> u32 {
+        self.open_attempts
+    }
+
+    /// For a live snapshot: whether the writer has checkpointed since it
+    /// was taken (the data file's newest meta page is another), so that
+    /// the checkpoints may have reused pages it reads. A read that fails
+    /// then (`Tree`: a checksum mismatch) is the snapshot growing old,
+    /// not damage: open a new one. `false` for a store this `Database`
+    /// holds the lock of.
+    pub fn live_snapshot_stale(&self) -> bool {
+        self.live
+            && live::newest_generation(self.shared.options.vfs.as_ref(), &self.shared.path)
+                != Some(self.shared.meta().generation)
     }
 
     fn refuse_read_only(&self) -> Result<()> {

@@ -45,6 +45,23 @@ pub const LOCK_FILE: &str = "LOCK";
 /// it, durably, before it writes anything.
 pub const CLEAN_FILE: &str = "CLEAN";
 
+/// How `Shared::recover` opens a store.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Access {
+    /// Writable, the store's lock held: recovery may write.
+    Write,
+    /// Read-only, the store's lock held: nothing is written.
+    ReadOnly,
+    /// Read-only beside a writer in another process (or `Database`),
+    /// without its lock (`live.rs`): nothing is written, the data file's
+    /// cached pages are kept, and the journal is replayed up to `durable`
+    /// (the LSN the writer published durable), not to its end.
+    Live {
+        /// The last LSN to replay.
+        durable: Lsn,
+    },
+}
+
 /// Recover from a poisoned mutex: every critical section here leaves its
 /// state consistent before anything can panic, and a panic elsewhere must
 /// not take the store down with it.
@@ -386,7 +403,7 @@ fn journal_options(options: &Options, needed_from: Lsn) -> JournalOptions {
 /// size, which the meta itself states: take it from slot 0, or, when slot
 /// 0 is not valid, try every page size for a slot 1 that states its own
 /// offset.
-fn read_metas(data: &dyn VfsFile) -> Result<(Vec<u8>, Vec<u8>)> {
+pub(super) fn read_metas(data: &dyn VfsFile) -> Result<(Vec<u8>, Vec<u8>)> {
     let len = data.len()?;
     let read = |at: u64| -> Result<Vec<u8>> {
         let mut b = vec![0u8; meta::META_BYTES];
@@ -480,17 +497,18 @@ fn open_journal(
     vfs: &Arc<dyn Vfs>,
     options: &Options,
     meta: &Meta,
-    read_only: bool,
+    access: Access,
 ) -> Result<Journal> {
     let jdir = dir.join(JOURNAL_DIR);
     if !vfs.exists(&jdir)? {
         return Err(corrupt(dir, "the journal directory is missing"));
     }
     let jopts = journal_options(options, meta.checkpoint_lsn + 1);
-    let journal = if read_only {
-        Journal::open_read_only(Arc::clone(vfs), &jdir, jopts)?
-    } else {
-        Journal::open(Arc::clone(vfs), &jdir, jopts)?
+    let vfs = Arc::clone(vfs);
+    let journal = match access {
+        Access::Write => Journal::open(vfs, &jdir, jopts)?,
+        Access::ReadOnly => Journal::open_read_only(vfs, &jdir, jopts)?,
+        Access::Live { .. } => Journal::open_live(vfs, &jdir, jopts)?,
     };
     if journal.store_id() != meta.journal_id {
         return Err(corrupt(
@@ -599,22 +617,25 @@ impl Shared {
             }
             initialize(&vfs, dir, &options)?;
         }
-        Self::recover(dir, options, guard, false)
+        Self::recover(dir, options, guard, Access::Write)
     }
 
     /// Open the store in `dir` for reading only: recovery's checks and its
     /// replay into memory, and nothing written (see
     /// `Database::open_read_only`).
-    pub(crate) fn open_read_only(dir: &Path, options: Options) -> Result<Arc<Shared>> {
+    /// `guard`: the store's lock, held; or `NotLocked` beside a writer
+    /// (`Access::Live`).
+    pub(crate) fn open_read_only(
+        dir: &Path,
+        options: Options,
+        guard: Box<dyn LockGuard>,
+        access: Access,
+    ) -> Result<Arc<Shared>> {
         let vfs = Arc::clone(&options.vfs);
-        if !vfs.exists(&dir.join(DATA_FILE))? {
-            return Err(not_a_store(dir, format!("no {DATA_FILE} in it")));
-        }
-        let guard = lock_store(vfs.as_ref(), dir)?;
         if !initialized(vfs.as_ref(), dir)? {
             return Err(without_meta(vfs.as_ref(), dir));
         }
-        Self::recover(dir, options, guard, true)
+        Self::recover(dir, options, guard, access)
     }
 
     /// Leave the mark of a clean close: everything this process wrote to
@@ -633,8 +654,9 @@ impl Shared {
         dir: &Path,
         options: Options,
         guard: Box<dyn LockGuard>,
-        read_only: bool,
+        access: Access,
     ) -> Result<Arc<Shared>> {
+        let read_only = access != Access::Write;
         let vfs = Arc::clone(&options.vfs);
         let path = dir.join(DATA_FILE);
         let data = vfs.open(
@@ -649,8 +671,14 @@ impl Shared {
             vfs.remove_file(&clean)?;
             vfs.sync_dir(dir)?;
         }
-        let (meta, ps) = durable_meta(dir, data.as_ref(), read_only, closed_clean)?;
-        let journal = open_journal(dir, &vfs, &options, &meta, read_only)?;
+        // A live reader leaves the writer's cached pages be: a page it
+        // reads is checked against the CRC its parent records anyway.
+        let keep_cached = closed_clean || matches!(access, Access::Live { .. });
+        let (meta, ps) = durable_meta(dir, data.as_ref(), read_only, keep_cached)?;
+        let journal = open_journal(dir, &vfs, &options, &meta, access)?;
+        if access == Access::Write {
+            super::live::publish(vfs.as_ref(), dir, &journal);
+        }
         // No value longer than the journal's records can hold was ever
         // written: a longer length is damage, refused before it is read.
         let max_value = super::txn::max_value_bytes(journal.options().max_record_bytes());
@@ -702,7 +730,11 @@ impl Shared {
             faults: TestFaults::default(),
             _lock: guard,
         };
-        let last = shared.replay(&base.active, meta.checkpoint_lsn)?;
+        let upto = match access {
+            Access::Live { durable } => Some(durable),
+            _ => None,
+        };
+        let last = shared.replay(&base.active, meta.checkpoint_lsn, upto)?;
         shared
             .dirty_bytes
             .store(base.mem_bytes(), Ordering::Relaxed);
@@ -711,9 +743,10 @@ impl Shared {
         Ok(Arc::new(shared))
     }
 
-    /// Insert the journal's records after the checkpoint LSN into `layer`;
-    /// returns the last LSN.
-    fn replay(&self, layer: &Layer, checkpoint: Lsn) -> Result<Lsn> {
+    /// Insert the journal's records after the checkpoint LSN into `layer`
+    /// (up to `upto` when given: every one up to it must be there, and
+    /// later ones are left out); returns the last LSN.
+    fn replay(&self, layer: &Layer, checkpoint: Lsn, upto: Option<Lsn>) -> Result<Lsn> {
         let next = self.journal.next_lsn();
         if next <= checkpoint {
             return Err(corrupt(
@@ -727,6 +760,9 @@ impl Shared {
         let mut last = checkpoint;
         for rec in self.journal.read_from(checkpoint + 1)? {
             let (lsn, payload) = rec?;
+            if upto.is_some_and(|u| lsn > u) {
+                break;
+            }
             if lsn != last + 1 {
                 return Err(corrupt(
                     &self.path,
@@ -748,7 +784,14 @@ impl Shared {
                 .fetch_add(payload.len() as u64, Ordering::Relaxed);
             last = lsn;
         }
-        if last + 1 != next {
+        if let Some(upto) = upto {
+            if last < upto {
+                return Err(corrupt(
+                    &self.path,
+                    format!("the journal's records end at lsn {last}, before lsn {upto}"),
+                ));
+            }
+        } else if last + 1 != next {
             return Err(corrupt(
                 &self.path,
                 format!("the journal's next lsn is {next} but replay ended at lsn {last}"),

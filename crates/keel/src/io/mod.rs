@@ -25,6 +25,7 @@ mod error;
 mod map;
 mod method;
 mod real;
+mod shared_map;
 pub mod sim;
 mod uring;
 
@@ -41,6 +42,7 @@ pub use error::{IoError, Result};
 pub use map::{FileMap, GrowingMap, MapBytes, MAP_AHEAD_MIN_BYTES};
 pub use method::{ParseMethodError, WriteMethod};
 pub use real::RealVfs;
+pub use shared_map::{DurableMirror, SharedMap, SHARED_MAP_BYTES, SHARED_MAP_WORDS};
 pub use sim::{CrashMode, CrashOp, OpKind, SimVfs};
 
 /// The sector size that direct I/O is aligned to when the device's own
@@ -158,6 +160,14 @@ pub enum SyncKind {
 /// A held exclusive lock; released when dropped.
 pub trait LockGuard: Send + Sync + Debug {}
 
+/// A lock not taken: for a reader that reads beside the lock's holder
+/// (a live snapshot of a store another process has open) and must not
+/// take it.
+#[derive(Debug)]
+pub(crate) struct NotLocked;
+
+impl LockGuard for NotLocked {}
+
 /// A file system: the directory operations Keel needs, and opening files.
 ///
 /// Paths are absolute or relative to the process's working directory for
@@ -182,6 +192,20 @@ pub trait Vfs: Send + Sync + Debug {
     /// file system retries for 100 ms first: a lock just released can
     /// still be held by a child process another thread is starting).
     fn lock(&self, path: &Path) -> Result<Box<dyn LockGuard>>;
+    /// [`Vfs::lock`] without the retry: one attempt, [`IoError::Locked`]
+    /// at once if another holder has it (a reader that has somewhere else
+    /// to go when the lock is held).
+    fn try_lock(&self, path: &Path) -> Result<Box<dyn LockGuard>> {
+        self.lock(path)
+    }
+    /// A [`SharedMap`] of the file at `path`, created (and lengthened) for
+    /// writing when `writable`, else mapped read-only if it exists;
+    /// `Ok(None)` where the file system has no shared memory (the
+    /// simulated one) or, read-only, no such file.
+    fn shared_map(&self, path: &Path, writable: bool) -> Result<Option<SharedMap>> {
+        let _ = (path, writable);
+        Ok(None)
+    }
     /// Whether a file or directory exists at `path`.
     fn exists(&self, path: &Path) -> Result<bool>;
     /// Bytes available to this process on the file system holding `path`,

@@ -122,34 +122,17 @@ impl Vfs for RealVfs {
     }
 
     fn lock(&self, path: &Path) -> Result<Box<dyn LockGuard>> {
-        let file = std::fs::OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .mode(0o600)
-            .open(path)
-            .map_err(os("open lock file", path))?;
-        // flock locks belong to the open file description, so a second open
-        // in the same process conflicts too — which is what we want. So
-        // does a child process that another thread is starting: between
-        // its fork and its exec it holds a copy of every descriptor (close-
-        // on-exec ones too), so a lock released just before can still be
-        // held for a moment. Retry briefly before calling the lock taken.
-        let deadline = std::time::Instant::now() + LOCK_RETRY;
-        loop {
-            match rustix::fs::flock(file.as_fd(), FlockOperation::NonBlockingLockExclusive) {
-                Ok(()) => return Ok(Box::new(RealLock { _file: file })),
-                Err(rustix::io::Errno::WOULDBLOCK) if std::time::Instant::now() < deadline => {
-                    std::thread::sleep(std::time::Duration::from_millis(2));
-                }
-                Err(rustix::io::Errno::WOULDBLOCK) => {
-                    return Err(IoError::Locked {
-                        path: path.to_path_buf(),
-                    })
-                }
-                Err(e) => return Err(errno("flock", path)(e)),
-            }
+        lock_file(path, LOCK_RETRY)
+    }
+
+    fn try_lock(&self, path: &Path) -> Result<Box<dyn LockGuard>> {
+        lock_file(path, std::time::Duration::ZERO)
+    }
+
+    fn shared_map(&self, path: &Path, writable: bool) -> Result<Option<super::SharedMap>> {
+        match writable {
+            true => super::SharedMap::create(path).map(Some),
+            false => super::SharedMap::open_read_only(path),
         }
     }
 
@@ -209,6 +192,39 @@ fn direct_alignment(file: &File, path: &Path) -> usize {
         }
     }
     crate::io::device_logical_block_size(path).unwrap_or(FALLBACK_BLOCK_SIZE)
+}
+
+/// Take the `flock` on `path`, retrying for `retry` while it is held.
+fn lock_file(path: &Path, retry: std::time::Duration) -> Result<Box<dyn LockGuard>> {
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .mode(0o600)
+        .open(path)
+        .map_err(os("open lock file", path))?;
+    // flock locks belong to the open file description, so a second open
+    // in the same process conflicts too — which is what we want. So
+    // does a child process that another thread is starting: between
+    // its fork and its exec it holds a copy of every descriptor (close-
+    // on-exec ones too), so a lock released just before can still be
+    // held for a moment. Retry briefly before calling the lock taken.
+    let deadline = std::time::Instant::now() + retry;
+    loop {
+        match rustix::fs::flock(file.as_fd(), FlockOperation::NonBlockingLockExclusive) {
+            Ok(()) => return Ok(Box::new(RealLock { _file: file })),
+            Err(rustix::io::Errno::WOULDBLOCK) if std::time::Instant::now() < deadline => {
+                std::thread::sleep(std::time::Duration::from_millis(2));
+            }
+            Err(rustix::io::Errno::WOULDBLOCK) => {
+                return Err(IoError::Locked {
+                    path: path.to_path_buf(),
+                })
+            }
+            Err(e) => return Err(errno("flock", path)(e)),
+        }
+    }
 }
 
 /// How long `lock` retries a lock that is held, in case its holder is a

@@ -274,6 +274,11 @@ fn complete(shared: &Shared, st: &mut State, batch: &Sealed) {
         st.stats.bytes_written += f.padded_bytes;
         shared.flight_records.fetch_sub(f.records, Ordering::SeqCst);
         shared.durable_lsn.store(f.last_lsn, Ordering::Release);
+        // Before the waiters are woken: a live reader in another process
+        // sees every acknowledged commit (one store to shared memory).
+        if let Some(m) = shared.durable_mirror.get() {
+            m.store(f.last_lsn);
+        }
         shared.completed_batch.store(f.id, Ordering::Release);
         shared.slot(f.id).wake_all();
     }

@@ -440,7 +440,30 @@ impl Journal {
         dir: &Path,
         options: JournalOptions,
     ) -> Result<Journal, JournalError> {
-        open::open_read_only(vfs, dir, options)
+        open::open_read_only(vfs, dir, options, true)
+    }
+
+    /// [`Journal::open_read_only`] without the directory's lock, beside a
+    /// writer that may be appending, recycling and preparing segments
+    /// meanwhile: what it reads may be cut short or refused where the
+    /// writer changed a file under it (its caller retries), and records
+    /// the writer has not made durable yet may be among those it returns
+    /// (its caller stops at an LSN the writer published durable: see
+    /// [`Journal::mirror_durable_lsn`]).
+    pub fn open_live(
+        vfs: Arc<dyn Vfs>,
+        dir: &Path,
+        options: JournalOptions,
+    ) -> Result<Journal, JournalError> {
+        open::open_read_only(vfs, dir, options, false)
+    }
+
+    /// From now on, store the durable LSN into `mirror` each time it
+    /// advances, before the commits it covers are acknowledged; stores
+    /// the current one at once. Set once (a second call changes nothing).
+    pub fn mirror_durable_lsn(&self, mirror: crate::io::DurableMirror) {
+        let mirror = self.shared.durable_mirror.get_or_init(|| mirror);
+        mirror.store(self.shared.durable_lsn());
     }
 
     /// Append a record and return its LSN once it is durable.

@@ -122,20 +122,25 @@ pub(super) fn open(
 /// else — no file is created, synced, zeroed, renamed, recycled or removed,
 /// and no thread is started. `read_from` returns the recovered records;
 /// every append fails (the journal is born stopped, with an error that
-/// says it is read-only). The directory's lock is taken, as by a writer.
+/// says it is read-only). The directory's lock is taken, as by a writer,
+/// when `take_lock` (`Journal::open_live` reads beside the writer).
 pub(super) fn open_read_only(
     vfs: Arc<dyn Vfs>,
     dir: &Path,
     mut options: JournalOptions,
+    take_lock: bool,
 ) -> Result<Journal, JournalError> {
     options.validate()?;
     if !vfs.exists(dir)? {
         return Err(JournalError::NotAJournal(dir.to_path_buf()));
     }
-    let lock = vfs.lock(&dir.join(LOCK_FILE)).map_err(|e| match e {
-        IoError::Locked { .. } => JournalError::Locked(dir.to_path_buf()),
-        e => e.into(),
-    })?;
+    let lock: Box<dyn crate::io::LockGuard> = match take_lock {
+        true => vfs.lock(&dir.join(LOCK_FILE)).map_err(|e| match e {
+            IoError::Locked { .. } => JournalError::Locked(dir.to_path_buf()),
+            e => e.into(),
+        })?,
+        false => Box::new(crate::io::NotLocked),
+    };
     let found = scan::scan_needing(
         vfs.as_ref(),
         dir,

@@ -100,6 +100,9 @@ fn truncate_quiet(shared: &Shared, st: &mut State, lsn: Lsn) -> Result<(), Journ
     let (spares, active) = reopen_from(shared, st, idx)?;
     go_on_from_cut(st, idx, lsn, cut, tail, spares, active);
     shared.durable_lsn.store(lsn, Ordering::Release);
+    if let Some(m) = shared.durable_mirror.get() {
+        m.store(lsn);
+    }
     Ok(())
 }
 

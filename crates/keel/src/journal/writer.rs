@@ -302,6 +302,10 @@ pub(super) struct Shared {
     pub(super) spare_cv: Condvar,
     pub(super) flusher_cv: Condvar,
     pub(super) durable_lsn: AtomicU64,
+    /// Where `durable_lsn` is mirrored for readers in other processes
+    /// (`Journal::mirror_durable_lsn`): set once, stored to after each
+    /// store to `durable_lsn`, before the waiters are woken.
+    pub(super) durable_mirror: std::sync::OnceLock<crate::io::DurableMirror>,
     /// The last batch that is durable with every batch before it.
     pub(super) completed_batch: AtomicU64,
     /// The last batch whose write has started (writes start in order).
@@ -347,6 +351,7 @@ impl Shared {
             spare_cv: Condvar::new(),
             flusher_cv: Condvar::new(),
             durable_lsn: AtomicU64::new(durable),
+            durable_mirror: std::sync::OnceLock::new(),
             completed_batch: AtomicU64::new(0),
             started_batch: AtomicU64::new(0),
             failed_batch: AtomicU64::new(u64::MAX),
