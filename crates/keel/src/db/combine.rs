@@ -274,11 +274,12 @@ impl Shared {
                 self.dispatch(w);
                 return Err(e);
             }
-            if let Some(state) = w.state.take() {
+            if let Some(mut state) = w.state.take() {
                 w.hold_here();
                 drop(w);
                 // The slot's holder reads and changes the memtable: every
-                // run goes in first.
+                // direct commit and every run goes in first.
+                self.close_direct(&mut state);
                 self.drain_applies();
                 return Ok(state);
             }
@@ -296,6 +297,7 @@ impl Shared {
     /// Give the writer's state back: to the queue's first committer, to
     /// lead it, or to a waiting transaction.
     pub(crate) fn put_writer(&self, state: WriterState) {
+        self.open_direct(&state);
         let mut w = lock(&self.writer);
         w.state = Some(state);
         w.holder = None;
@@ -399,6 +401,7 @@ impl Shared {
     /// waiting forever. On the journal's thread, [`Waiters`] does the same
     /// for the members it was to tell.
     fn lead(self: &Arc<Self>, mut w: WriterState, mut group: Vec<Queued>) {
+        self.close_direct(&mut w);
         let mut held: Vec<Arc<Ticket>> = Vec::new();
         loop {
             let started = Instant::now();
@@ -434,6 +437,9 @@ impl Shared {
                 }
                 continue;
             }
+            // Before the state is back in the slot: a taker after that
+            // closes the gate again.
+            self.open_direct(&w);
             slot.state = Some(w);
             slot.holder = None;
             self.dispatch(slot);
@@ -774,6 +780,8 @@ impl Shared {
                     self.unapplied.keep_spare(b);
                 }
             }
+            // Published once durable too (the group's `settle`).
+            self.published.order.complete(lsn);
         }
     }
 

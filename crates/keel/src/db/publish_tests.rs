@@ -89,6 +89,9 @@ struct Case {
     /// How long the writers commit at most (less if they all stop on an
     /// error or at [`MAX_COMMITS`]).
     run_for: Duration,
+    /// Small blind commits may be made directly (`super::direct`); else
+    /// they are all queued for the writer slot.
+    direct: bool,
 }
 
 impl Case {
@@ -101,6 +104,7 @@ impl Case {
             method: None,
             fail: None,
             run_for: Duration::from_millis(1500),
+            direct: true,
         }
     }
 }
@@ -138,6 +142,9 @@ struct Seen {
     /// The newest commit seen at each key.
     keys: HashMap<String, u32>,
     snapshots: u64,
+    /// Gets of a writer's key 0 (which each of its commits puts): the
+    /// snapshot's LSN, the writer, the commit seen there (0: none).
+    firsts: Vec<(Lsn, u8, u32)>,
 }
 
 impl Seen {
@@ -160,6 +167,7 @@ impl Seen {
             *e = (*e).max(s);
         }
         self.snapshots += other.snapshots;
+        self.firsts.extend(other.firsts);
     }
 }
 
@@ -307,8 +315,13 @@ fn read(s: &Harness<'_>, writers: u8, seed: u64) -> Seen {
             _ => {
                 let i = rng.random_range(0..LARGE_PUTS);
                 let k = key(w, i);
-                if let Some(v) = t.get(&k).expect("a get") {
-                    saw(k.as_bytes(), &v);
+                let got = t.get(&k).expect("a get");
+                if let Some(v) = &got {
+                    saw(k.as_bytes(), v);
+                }
+                if i == 0 && seen.firsts.len() < MAX_FIRSTS {
+                    let seq = got.as_deref().and_then(commit_of).map_or(0, |id| id.1);
+                    seen.firsts.push((r.lsn(), w, seq));
                 }
             }
         }
@@ -353,6 +366,7 @@ fn run(case: Case) -> Report {
         .unwrap();
     w.commit().unwrap();
     vfs.set_in_flight(case.in_flight);
+    db.shared.faults.no_direct.store(!case.direct, Relaxed);
     let s = Harness {
         db: &db,
         vfs: &vfs,
@@ -399,6 +413,19 @@ fn run(case: Case) -> Report {
     let mut violations = s.violations.into_inner().unwrap();
     let failed: Vec<CommitId> = done.iter().flat_map(|d| d.failed.clone()).collect();
     let durable = durable_commits(&db);
+    // A snapshot holds every commit at or below its LSN: a writer's
+    // commits get increasing LSNs, so the one seen at its key 0 is its
+    // last at or below the snapshot's LSN.
+    for &(at, w, seq) in &seen.firsts {
+        if let Some(&next) = durable.get(&(w, seq + 1)) {
+            if next <= at {
+                violations.push(format!(
+                    "a snapshot at lsn {at} saw writer {w}'s commit {seq}, not its commit {} (lsn {next})",
+                    seq + 1
+                ));
+            }
+        }
+    }
     let mut late: Vec<_> = seen.commits.iter().collect();
     late.sort_by_key(|e| e.1 .1);
     for (id, &(durable_after, at)) in late {
@@ -456,6 +483,9 @@ fn run(case: Case) -> Report {
     report
 }
 
+/// Gets of a writer's key 0 a reader keeps for the final check.
+const MAX_FIRSTS: usize = 200_000;
+
 /// Enough was seen for the checks to mean something.
 fn assert_busy(r: &Report) {
     assert!(r.snapshots > 1000, "{} snapshots", r.snapshots);
@@ -486,7 +516,9 @@ fn grouped_blind_commits_are_not_visible_before_they_are_durable() {
     let imm = Durability::Immediate;
     let mut writers = vec![(Kind::Blind, imm); 6];
     writers.extend([(Kind::Large, imm); 2]);
-    let r = run(Case::new(2, &writers));
+    let mut case = Case::new(2, &writers);
+    case.direct = false;
+    let r = run(case);
     assert_busy(&r);
     assert!(r.in_flight > 0);
     assert!(
@@ -494,6 +526,24 @@ fn grouped_blind_commits_are_not_visible_before_they_are_durable() {
         "groups of several: {} commits in {} groups",
         r.stats.grouped_commits,
         r.stats.commit_groups
+    );
+}
+
+/// Small blind transactions from six threads, each committed by its own
+/// thread without the writer slot, inserted at once and published in LSN
+/// order (`super::direct`, `super::order`); two of them `Eventual`.
+#[test]
+fn direct_commits_are_not_visible_before_they_are_durable() {
+    let imm = Durability::Immediate;
+    let mut writers = vec![(Kind::Blind, imm); 4];
+    writers.extend([(Kind::Blind, Durability::Eventual); 2]);
+    let r = run(Case::new(9, &writers));
+    assert_busy(&r);
+    assert!(r.in_flight > 0);
+    assert!(
+        r.stats.direct_commits > 1000,
+        "{} direct commits",
+        r.stats.direct_commits
     );
 }
 
