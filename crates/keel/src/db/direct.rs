@@ -160,6 +160,15 @@ impl Shared {
         // A panic here (a bug) would leave `lsn` never applied and every
         // later commit unpublished: it poisons the store instead (the
         // gate's lock is let go on the way), then goes on up this thread.
+        #[cfg(test)]
+        match self
+            .faults
+            .direct_apply_delay_ms
+            .swap(0, std::sync::atomic::Ordering::Relaxed)
+        {
+            0 => {}
+            ms => std::thread::sleep(std::time::Duration::from_millis(ms)),
+        }
         let applied = panic::catch_unwind(AssertUnwindSafe(|| {
             blind.apply_direct(&open.base.active, lsn);
             self.applied(&open.base, bytes);

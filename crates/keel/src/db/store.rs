@@ -300,6 +300,9 @@ pub(crate) struct TestFaults {
     /// Blind commits are queued for the writer slot, never made directly
     /// (`super::direct`): for tests of the groups.
     pub no_direct: std::sync::atomic::AtomicBool,
+    /// The next direct commit sleeps this long (ms) between getting its
+    /// LSN and inserting its puts.
+    pub direct_apply_delay_ms: AtomicU64,
     /// The next checkpoint panics at this step (`CKPT_*`; 0: none).
     pub panic_in_checkpoint: std::sync::atomic::AtomicU8,
 }
