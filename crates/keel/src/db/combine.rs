@@ -3,7 +3,9 @@
 //! One write transaction at a time holds the writer slot (the base commits
 //! go into). A transaction that has only made blind changes — opened
 //! tables and inserted — has read nothing, so it gives the same result
-//! whenever it runs: its `commit` queues it. Whoever takes the slot next
+//! whenever it runs: its `commit` queues it (unless it is small and its
+//! tables known, and the slot is free: then its own thread commits it,
+//! `super::direct`). Whoever takes the slot next
 //! with a queue waiting becomes the *leader* and commits the whole queue:
 //! for each transaction in order, it replays the changes over the state
 //! the earlier ones left (creating the tables it opened if they are

@@ -44,7 +44,9 @@ use crate::journal::{CommitHandle, Journal, JournalError, Lsn};
 /// queued and committed by whichever committer holds the slot next,
 /// together with the others queued (see `combine.rs`): having read
 /// nothing, it gives the same result whenever it runs, so running it then
-/// is running it serially.
+/// is running it serially. A small one into tables the store knows exist
+/// is committed by its own thread instead, without the slot, at once
+/// with others (`direct.rs`), and published in LSN order.
 pub struct WriteTxn {
     shared: Arc<Shared>,
     durability: Durability,
