@@ -11,35 +11,46 @@
 //! memtable into the tree at once, so that the many changes landing in one
 //! leaf share one copy of it.
 //!
-//! Shape: a B+tree of small nodes ([`FANOUT`] slots) in memory, with one
-//! writer at a time (the store's writer slot; [`MemTable::writer`] takes
-//! a lock that makes it so) and any number of readers that never wait:
+//! Shape: a B+tree of small nodes ([`FANOUT`] slots) in memory, with
+//! writers on many threads at once (each committer inserts its own
+//! commit's changes) and any number of readers that never wait:
 //!
-//! - A leaf takes a new key by *appending* it: the writer fills the slot
-//!   after the last one in use, then publishes it by raising the leaf's
-//!   length (a release store). Slots below the length never change, so a
-//!   reader sees a consistent leaf at either length. A leaf's first
-//!   `sorted` slots are in key order and the appended ones after them are
-//!   not: a search is a binary search and then a short linear one.
-//! - A full leaf is split: two new sorted leaves replace it, and its
+//! - A leaf takes a new key by *appending* it: the writer, holding the
+//!   leaf's lock, fills the slot after the last one in use, then publishes
+//!   it by raising the leaf's length (a release store). Slots below the
+//!   length never change, so a reader sees a consistent leaf at either
+//!   length. A leaf's first `sorted` slots are in key order and the
+//!   appended ones after them are not: a search is a binary search and
+//!   then a short linear one. Writers of different leaves do not wait for
+//!   each other.
+//! - A full leaf is split, by a writer holding the memtable's *shape*
+//!   lock and then the leaf's: two new sorted leaves replace it, and its
 //!   parent is replaced by a changed copy (one atomic store into the
 //!   grandparent's child slot); a split parent copies its own parent, and
-//!   so on. An inner node's keys never change once it is reachable.
+//!   so on. The replaced leaf is marked dead before its lock is let go: a
+//!   writer that reached it meanwhile finds the mark and descends again.
+//!   An inner node's keys never change once it is reachable, and only the
+//!   shape lock's holder stores into its children.
 //!   Replaced nodes are freed through epoch-based reclamation
 //!   (`crossbeam-epoch`) once no reader can still be inside them; a reader
 //!   pins the epoch only for the length of one call (a `get`, or one
 //!   leaf's worth of a scan).
 //! - An entry (a key and its versions) is made once and never moves or
 //!   goes away while the memtable lives: a delete is a version without a
-//!   value. New versions are pushed at the front of the entry's list with
-//!   one atomic store; versions never change once pushed.
+//!   value. A new version goes into the entry's list in LSN order (commits
+//!   insert in any order; most often at the front) with one atomic store,
+//!   under the leaf's lock; a version's value never changes once pushed.
+//!   A reader at snapshot *S* may miss a version of an LSN at or below
+//!   *S* only if that version's insert has not returned, and the store
+//!   publishes an LSN only once every commit up to it is inserted.
 //! - Readers see versions by LSN: a snapshot at LSN *S* takes, for each
 //!   key, the newest version at or below *S* (multi-version concurrency:
 //!   the writer applies commits before they are durable, readers see only
 //!   what is).
 //!
 //! Memory: entries, keys, versions and values are bump-allocated from
-//! 1 MiB chunks ([`Arena`]) that the memtable frees all at once when it
+//! 1 MiB chunks ([`Arena`], one per [`ARENAS`] writer threads, each
+//! with its own lock and counters) that the memtable frees all at once when it
 //! drops, with no walk over its entries; a [`ChunkPool`] keeps chunks for
 //! the next memtable. Why by hand: on these VMs memory the process has not
 //! touched before costs ~1 ms per MiB to fault in (the hypervisor backs it
@@ -61,10 +72,13 @@
 use std::cmp::Ordering as CmpOrdering;
 use std::ops::Bound;
 use std::ptr;
-use std::sync::atomic::{AtomicPtr, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use crossbeam_epoch::{self as epoch, Atomic, Guard, Owned, Shared};
+use crossbeam_utils::CachePadded;
+
+use crate::stripe::stripe;
 
 mod arena;
 
@@ -101,8 +115,11 @@ const SLOT_BYTES: u64 = 48;
 /// followed by the value's bytes.
 struct Version {
     lsn: Lsn,
-    /// The version before this one (older LSN), or null. Never changes.
-    older: *const Version,
+    /// The version before this one (lower or equal LSN), or null. Changes
+    /// only when a version of a lower LSN is inserted below this one (see
+    /// [`MemWriter::push_version`]), under the lock of the leaf that holds
+    /// the key.
+    older: AtomicPtr<Version>,
     /// The value's bytes (right after this header, in the same arena
     /// piece; a pointer of their own, derived from the arena's, so that
     /// reading them does not go through a reference to the header).
@@ -148,7 +165,7 @@ impl Entry {
             if version.lsn <= at {
                 return Some(version);
             }
-            v = version.older;
+            v = version.older.load(Ordering::Acquire).cast_const();
         }
         None
     }
@@ -278,6 +295,14 @@ struct Node {
     /// level, ~100 ns).
     heads: [[AtomicU64; FANOUT]; 3],
     entries: [AtomicPtr<Entry>; FANOUT],
+    /// Leaves: held by a writer that appends a slot to it, pushes a
+    /// version onto one of its entries, or splits it. (Unused in inner
+    /// nodes.)
+    lock: Mutex<()>,
+    /// Leaves: set, under `lock`, by the split that replaced it. A writer
+    /// that reached it before and then takes `lock` finds it set and
+    /// descends again.
+    dead: AtomicBool,
 }
 
 impl Node {
@@ -288,6 +313,8 @@ impl Node {
             heads: Default::default(),
             entries: Default::default(),
             children: None,
+            lock: Mutex::new(()),
+            dead: AtomicBool::new(false),
         }
     }
 
@@ -506,20 +533,37 @@ impl Up {
 /// The memtable. See the module doc.
 pub struct MemTable {
     root: Atomic<Node>,
-    /// The one writer's lock, and the memory it allocates from.
-    writer: Mutex<Arena>,
+    /// Held by the writer that changes the tree's shape: a split (which
+    /// replaces inner nodes and stores into their parents), or the first
+    /// root. Taken before any leaf's lock, never while holding one.
+    shape: Mutex<()>,
+    /// The writers' arenas: a writer takes its thread's
+    /// (`stripe() % ARENAS`), so that writers on different threads
+    /// allocate, and count, without waiting for one another.
+    arenas: Box<[CachePadded<ArenaSlot>]>,
+}
+
+/// Arenas per memtable: writers on up to this many threads at once
+/// allocate without sharing a lock. Each holds one partly used chunk.
+const ARENAS: usize = 8;
+
+/// One arena, and what the writers using it inserted (changed only under
+/// `arena`'s lock: plain loads and stores, read without the lock).
+struct ArenaSlot {
+    arena: Mutex<Arena>,
     /// Bytes held: the arena's pieces and a share of nodes per key.
     bytes: AtomicU64,
     entries: AtomicU64,
     versions: AtomicU64,
-    /// The highest LSN inserted.
+    /// The highest LSN inserted through this arena.
     last_lsn: AtomicU64,
 }
 
 // SAFETY: the raw pointers inside (entries, versions) point into the
-// memtable's own arena and are never changed once published (except
-// through atomics); changes are made only by the one writer (`writer`'s
-// lock) and published with release stores that readers acquire.
+// memtable's own arenas and are never changed once published (except
+// through atomics); a leaf and its entries' versions are changed only
+// under the leaf's lock, inner nodes and the root only under `shape`, and
+// every change is published with a release store that readers acquire.
 unsafe impl Send for MemTable {}
 // SAFETY: as above.
 unsafe impl Sync for MemTable {}
@@ -552,17 +596,32 @@ impl MemTable {
     pub fn with_pool(pool: Option<Arc<ChunkPool>>) -> MemTable {
         MemTable {
             root: Atomic::null(),
-            writer: Mutex::new(Arena::new(pool)),
-            bytes: AtomicU64::new(0),
-            entries: AtomicU64::new(0),
-            versions: AtomicU64::new(0),
-            last_lsn: AtomicU64::new(0),
+            shape: Mutex::new(()),
+            arenas: (0..ARENAS)
+                .map(|_| {
+                    CachePadded::new(ArenaSlot {
+                        arena: Mutex::new(Arena::new(pool.clone())),
+                        bytes: AtomicU64::new(0),
+                        entries: AtomicU64::new(0),
+                        versions: AtomicU64::new(0),
+                        last_lsn: AtomicU64::new(0),
+                    })
+                })
+                .collect(),
         }
+    }
+
+    /// The sum of one counter over the arenas.
+    fn sum(&self, counter: impl Fn(&ArenaSlot) -> &AtomicU64) -> u64 {
+        self.arenas
+            .iter()
+            .map(|a| counter(a).load(Ordering::Relaxed))
+            .sum()
     }
 
     /// Keys held (each with one version or more).
     pub fn len(&self) -> u64 {
-        self.entries.load(Ordering::Relaxed)
+        self.sum(|a| &a.entries)
     }
 
     /// Whether no key was inserted.
@@ -572,27 +631,49 @@ impl MemTable {
 
     /// Versions held, over all keys.
     pub fn versions(&self) -> u64 {
-        self.versions.load(Ordering::Relaxed)
+        self.sum(|a| &a.versions)
     }
 
     /// An estimate of the memory the entries hold, in bytes: keys, values,
     /// their headers and their slots in nodes.
     pub fn bytes(&self) -> u64 {
-        self.bytes.load(Ordering::Relaxed)
+        self.sum(|a| &a.bytes)
     }
 
     /// The highest LSN inserted (0 if none).
     pub fn last_lsn(&self) -> Lsn {
-        self.last_lsn.load(Ordering::Acquire)
+        self.arenas
+            .iter()
+            .map(|a| a.last_lsn.load(Ordering::Acquire))
+            .max()
+            .unwrap_or(0)
     }
 
-    /// The writer: one at a time (waits for the one before).
+    /// A writer. Writers on different threads insert at once (see the
+    /// module doc); a thread's writer waits only for another writer of
+    /// a thread that shares its arena.
     pub fn writer(&self) -> MemWriter<'_> {
+        let slot = &self.arenas[stripe() % ARENAS];
         MemWriter {
             mem: self,
-            arena: self.writer.lock().unwrap_or_else(PoisonError::into_inner),
+            slot,
+            arena: slot.arena.lock().unwrap_or_else(PoisonError::into_inner),
             _pinned: epoch::pin(),
         }
+    }
+
+    /// The leaf whose keys include `probe`'s (null: the memtable is
+    /// empty), as a descent under `guard` finds it now.
+    fn leaf_for<'g>(&self, probe: &Probe<'_>, guard: &'g Guard) -> Shared<'g, Node> {
+        let mut node = self.root.load(Ordering::Acquire, guard);
+        // SAFETY: as in `get`.
+        while let Some(n) = unsafe { node.as_ref() } {
+            if n.is_leaf() {
+                break;
+            }
+            node = n.children()[n.child_index(probe)].load(Ordering::Acquire, guard);
+        }
+        node
     }
 
     /// The newest version of `key` at or below `at`: `None` if the
@@ -771,14 +852,17 @@ impl MemTable {
             f(owned);
         }
     }
+}
 
+impl ArenaSlot {
+    /// Count an insert made through this arena.
     ///
-    /// Only the one writer (who holds `writer`'s lock) calls this, so
-    /// plain loads and stores do: a locked read-modify-write would wait
-    /// for every store before it to reach the cache, and an insert's
-    /// stores go to lines not yet in it (its fresh entry and version):
-    /// with four of them here, a quarter of an insert's time was spent
-    /// on them (`perf annotate`).
+    /// Only the writer holding `arena`'s lock calls this, so plain loads
+    /// and stores do: a locked read-modify-write would wait for every
+    /// store before it to reach the cache, and an insert's stores go to
+    /// lines not yet in it (its fresh entry and version): with four of
+    /// them here, a quarter of an insert's time was spent on them (`perf
+    /// annotate`).
     fn note(&self, lsn: Lsn, bytes: u64, new_entry: bool) {
         let add = |a: &AtomicU64, n: u64| a.store(a.load(Ordering::Relaxed) + n, Ordering::Relaxed);
         add(&self.bytes, bytes);
@@ -802,9 +886,11 @@ impl Drop for MemTable {
 
 // ----- the writer -----------------------------------------------------------
 
-/// The one writer of a memtable (see [`MemTable::writer`]).
+/// A writer of a memtable (see [`MemTable::writer`]).
 pub struct MemWriter<'m> {
     mem: &'m MemTable,
+    /// Its arena's counters.
+    slot: &'m ArenaSlot,
     arena: MutexGuard<'m, Arena>,
     /// The epoch, pinned while the writer lives: each insert pins it
     /// again, and a pin inside a pin costs a counter's increment, where
@@ -833,7 +919,7 @@ impl MemWriter<'_> {
             }
             p.as_ptr().write(Version {
                 lsn,
-                older,
+                older: AtomicPtr::new(older.cast_mut()),
                 value: bytes,
                 len: value.map_or(usize::MAX, <[u8]>::len),
             });
@@ -861,28 +947,19 @@ impl MemWriter<'_> {
     }
 
     /// Add a version of `key` made by the commit at `lsn`: a copy of
-    /// `value`, or a deletion for `None`. LSNs of one key must not go
-    /// down; a second version at the same LSN replaces the first for
-    /// readers.
+    /// `value`, or a deletion for `None`. A key's versions are kept in
+    /// LSN order whatever order they come in (writers of several commits
+    /// insert at once); a second version at the same LSN replaces the
+    /// first for readers.
     pub fn insert(&mut self, key: &[u8], lsn: Lsn, value: Option<&[u8]>) {
         let guard = epoch::pin();
         let probe = Probe::new(key);
-        let mut path: Path<'_> = [(Shared::null(), 0); MAX_DEPTH];
-        let mut node = self.mem.root.load(Ordering::Relaxed, &guard);
-        let mut depth = 0;
-        // SAFETY (this function): only this writer changes nodes, and a
-        // node it reached from the root is not retired before it is
-        // replaced, under the pinned guard.
-        while let Some(n) = unsafe { node.as_ref() } {
-            if n.is_leaf() {
-                break;
+        loop {
+            let leaf = self.mem.leaf_for(&probe, &guard);
+            if self.insert_at(&probe, lsn, value, leaf, &guard) {
+                return;
             }
-            let i = n.child_index(&probe);
-            path[depth] = (node, i);
-            depth += 1;
-            node = n.children()[i].load(Ordering::Relaxed, &guard);
         }
-        self.insert_at(&probe, lsn, value, &path[..depth], node, &guard);
     }
 
     /// Insert every `(key, value)` of `puts` under `lsn`, in order: the
@@ -916,7 +993,7 @@ impl MemWriter<'_> {
 
     fn insert_group(&mut self, lsn: Lsn, group: &[(&[u8], Option<&[u8]>)]) {
         let guard = epoch::pin();
-        let root = self.mem.root.load(Ordering::Relaxed, &guard);
+        let root = self.mem.root.load(Ordering::Acquire, &guard);
         if group.len() < 2 || root.is_null() {
             for &(key, value) in group {
                 self.insert(key, lsn, value);
@@ -925,76 +1002,100 @@ impl MemWriter<'_> {
         }
         let probes: [Probe<'_>; GROUP] =
             std::array::from_fn(|c| Probe::new(group.get(c).map_or(&[][..], |p| p.0)));
-        let mut paths: [Path<'_>; GROUP] = [[(Shared::null(), 0); MAX_DEPTH]; GROUP];
         let mut nodes = [root; GROUP];
         let n = group.len();
         debug_assert!(n <= GROUP, "a group of {n}");
-        let mut depth = 0;
-        // SAFETY (this function): as in `insert`; every leaf is at the
-        // same depth, so the cursors reach the leaves together.
+        let mut child = [0; GROUP];
+        // SAFETY (this function): nodes are loaded under the pinned guard
+        // (as in `MemTable::get`). Every leaf under one root is at the
+        // same depth (splits replace nodes by nodes of their level), so
+        // the cursors reach the leaves together.
         while !unsafe { nodes[0].deref() }.is_leaf() {
             for c in 0..n {
                 let node = unsafe { nodes[c].deref() };
-                let i = node.child_index(&probes[c]);
-                paths[c][depth] = (nodes[c], i);
-                prefetch(&node.children()[i]);
+                child[c] = node.child_index(&probes[c]);
+                prefetch(&node.children()[child[c]]);
             }
             for c in 0..n {
                 let node = unsafe { nodes[c].deref() };
-                let (_, i) = paths[c][depth];
-                nodes[c] = node.children()[i].load(Ordering::Relaxed, &guard);
+                nodes[c] = node.children()[child[c]].load(Ordering::Acquire, &guard);
                 prefetch_node(nodes[c].as_raw());
             }
-            depth += 1;
         }
-        let mut reshaped = false;
         for c in 0..n {
             let (key, value) = group[c];
-            if reshaped {
+            // A leaf split since the descent (by this insert or another
+            // writer's) is dead: descend again.
+            if !self.insert_at(&probes[c], lsn, value, nodes[c], &guard) {
                 self.insert(key, lsn, value);
-            } else {
-                reshaped =
-                    self.insert_at(&probes[c], lsn, value, &paths[c][..depth], nodes[c], &guard);
             }
         }
     }
 
-    /// Insert `probe`'s key into the leaf `node` reached by `path` (null:
-    /// the memtable is empty). Returns whether the tree's shape changed (a
-    /// split, or a first root): paths taken before are then stale.
+    /// Insert `probe`'s key into the leaf `node` (null: the memtable was
+    /// empty), reached by a descent under `guard`: `false` if that leaf
+    /// was split since (dead), and nothing was done.
     fn insert_at<'g>(
         &mut self,
         probe: &Probe<'_>,
         lsn: Lsn,
         value: Option<&[u8]>,
-        path: &[(Shared<'g, Node>, usize)],
         node: Shared<'g, Node>,
         guard: &'g Guard,
     ) -> bool {
-        let mem = self.mem;
-        let value_bytes = value.map_or(0, |v| v.len().next_multiple_of(8) as u64);
-        // SAFETY: as in `insert`: `node` was reached under `guard`.
-        let leaf = unsafe { node.as_ref() };
-        let len = leaf.map_or(0, |l| l.len.load(Ordering::Relaxed));
-        if let Some(slot) = leaf.and_then(|l| l.find(probe, len)) {
-            // SAFETY: entries live as long as the memtable.
-            let entry = unsafe { &*leaf.expect("a leaf").entry(slot) };
-            let older = entry.newest.load(Ordering::Relaxed);
-            // SAFETY: a version is never freed while the memtable lives.
-            debug_assert!(unsafe { (*older).lsn } <= lsn, "lsns of a key go up");
-            let v = self.version(lsn, value, older);
-            entry.newest.store(v.cast_mut(), Ordering::Release);
-            mem.note(
-                lsn,
-                value_bytes + std::mem::size_of::<Version>() as u64,
-                false,
-            );
+        // SAFETY: `node` was reached from the root under `guard`: not
+        // freed before the guard is dropped.
+        let Some(leaf) = (unsafe { node.as_ref() }) else {
+            self.insert_reshaping(probe, lsn, value, guard);
+            return true;
+        };
+        let held = leaf.lock.lock().unwrap_or_else(PoisonError::into_inner);
+        if leaf.dead.load(Ordering::Relaxed) {
             return false;
         }
-        let key = probe.key;
+        if self.insert_into(leaf, probe, lsn, value) {
+            return true;
+        }
+        // Full: split it, under the shape lock (taken without holding a
+        // leaf's).
+        drop(held);
+        self.insert_reshaping(probe, lsn, value, guard);
+        true
+    }
+
+    /// Insert `probe`'s key into the live `leaf`, whose lock the caller
+    /// holds: a version pushed onto its entry, or a new entry appended.
+    /// `false` (nothing done) when the key is new and the leaf full.
+    fn insert_into(
+        &mut self,
+        leaf: &Node,
+        probe: &Probe<'_>,
+        lsn: Lsn,
+        value: Option<&[u8]>,
+    ) -> bool {
+        let len = leaf.len.load(Ordering::Relaxed);
+        if let Some(slot) = leaf.find(probe, len) {
+            // SAFETY: entries live as long as the memtable.
+            let entry = unsafe { &*leaf.entry(slot) };
+            self.push_version(entry, lsn, value);
+            return true;
+        }
+        if len == FANOUT {
+            return false;
+        }
+        let entry = self.new_entry(probe.key, lsn, value);
+        // Append: fill the next slot, then publish it.
+        leaf.set(len, probe.head, entry);
+        leaf.len.store(len + 1, Ordering::Release);
+        true
+    }
+
+    /// A new entry for `key` with one version, counted.
+    fn new_entry(&mut self, key: &[u8], lsn: Lsn, value: Option<&[u8]>) -> *const Entry {
+        let value_bytes = value.map_or(0, |v| v.len().next_multiple_of(8) as u64);
         let first = self.version(lsn, value, ptr::null());
         let entry = self.entry(key, first);
-        mem.note(
+        self.slot.note(
             lsn,
             value_bytes
                 + key.len().next_multiple_of(8) as u64
@@ -1002,27 +1103,99 @@ impl MemWriter<'_> {
                 + SLOT_BYTES,
             true,
         );
-        let Some(l) = leaf else {
+        entry
+    }
+
+    /// Add a version of `lsn` to `entry`, in LSN order: in front unless a
+    /// newer version is there already (another writer's commit of a
+    /// higher LSN came first), else below the newest that is above it.
+    /// The caller holds the lock of the (live) leaf holding `entry`: no
+    /// other writer changes its list meanwhile.
+    ///
+    /// A reader never misses the new version: it reads at a snapshot at
+    /// or above `lsn` only once `lsn` is published, and the store
+    /// publishes an LSN only after its commit's insert returned.
+    fn push_version(&mut self, entry: &Entry, lsn: Lsn, value: Option<&[u8]>) {
+        let value_bytes = value.map_or(0, |v| v.len().next_multiple_of(8) as u64);
+        let newest = entry.newest.load(Ordering::Acquire);
+        // SAFETY: a version is never freed while the memtable lives.
+        let above = |v: *mut Version| !v.is_null() && unsafe { (*v).lsn } > lsn;
+        if above(newest) {
+            // SAFETY: as above.
+            let mut at = unsafe { &*newest };
+            loop {
+                let older = at.older.load(Ordering::Acquire);
+                if !above(older) {
+                    break;
+                }
+                // SAFETY: as above.
+                at = unsafe { &*older };
+            }
+            let v = self.version(lsn, value, at.older.load(Ordering::Relaxed));
+            at.older.store(v.cast_mut(), Ordering::Release);
+        } else {
+            let v = self.version(lsn, value, newest);
+            entry.newest.store(v.cast_mut(), Ordering::Release);
+        }
+        self.slot.note(
+            lsn,
+            value_bytes + std::mem::size_of::<Version>() as u64,
+            false,
+        );
+    }
+
+    /// Insert `probe`'s key holding the shape lock: into the memtable's
+    /// first leaf, or into its leaf as found now, which it splits if full.
+    fn insert_reshaping(
+        &mut self,
+        probe: &Probe<'_>,
+        lsn: Lsn,
+        value: Option<&[u8]>,
+        guard: &Guard,
+    ) {
+        let mem = self.mem;
+        let _shape = mem.shape.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut path: Path<'_> = [(Shared::null(), 0); MAX_DEPTH];
+        let mut node = mem.root.load(Ordering::Acquire, guard);
+        let mut depth = 0;
+        // SAFETY (this function): nodes reached from the root under
+        // `guard`; with the shape lock held, no other writer replaces an
+        // inner node or a leaf, so the leaf reached is live and `path` is
+        // the tree's.
+        while let Some(n) = unsafe { node.as_ref() } {
+            if n.is_leaf() {
+                break;
+            }
+            let i = n.child_index(probe);
+            path[depth] = (node, i);
+            depth += 1;
+            node = n.children()[i].load(Ordering::Acquire, guard);
+        }
+        let Some(leaf) = (unsafe { node.as_ref() }) else {
             // The first key.
+            let entry = self.new_entry(probe.key, lsn, value);
             let root = Node::sorted_leaf(&[(probe.head, entry)]);
             mem.root.store(Owned::new(root), Ordering::Release);
-            return true;
+            return;
         };
-        if len < FANOUT {
-            // Append: fill the next slot, then publish it.
-            l.set(len, probe.head, entry);
-            l.len.store(len + 1, Ordering::Release);
-            return false;
+        let _held = leaf.lock.lock().unwrap_or_else(PoisonError::into_inner);
+        debug_assert!(!leaf.dead.load(Ordering::Relaxed), "a leaf split twice");
+        if self.insert_into(leaf, probe, lsn, value) {
+            return;
         }
-        Self::split_leaf(mem, path, node, len, probe.head, entry, guard);
-        true
+        let entry = self.new_entry(probe.key, lsn, value);
+        Self::split_leaf(mem, &path[..depth], node, FANOUT, probe.head, entry, guard);
+        // Before the leaf's lock is let go: a writer that takes it next
+        // descends again, to the leaves that replaced it.
+        leaf.dead.store(true, Ordering::Relaxed);
     }
 
     /// Insert `head` and `entry` into the full leaf `node` (at the end of
     /// `path`, the inner nodes above it and the child taken in each): two
     /// sorted leaves replace it, and the change is carried up, copying
     /// each parent that splits in turn, until a node takes it in place or
-    /// a new root does. The nodes replaced are retired under `guard`.
+    /// a new root does. The nodes replaced are retired under `guard`. The
+    /// caller holds the shape lock and the leaf's.
     fn split_leaf<'g>(
         mem: &MemTable,
         path: &[(Shared<'g, Node>, usize)],
@@ -1032,8 +1205,9 @@ impl MemWriter<'_> {
         entry: *const Entry,
         guard: &'g Guard,
     ) {
-        // SAFETY: only the one writer changes nodes, and `node` (reached
-        // from the root under `guard`) is retired only below.
+        // SAFETY: only the shape lock's holder changes inner nodes and
+        // replaces leaves, and `node` (reached from the root under
+        // `guard`) is retired only below.
         let l = unsafe { node.deref() };
         let mut depth = path.len();
         let mut up = Up::split(l, len, head, entry);

@@ -3,7 +3,9 @@
 //! One write transaction at a time holds the writer slot (the base commits
 //! go into). A transaction that has only made blind changes — opened
 //! tables and inserted — has read nothing, so it gives the same result
-//! whenever it runs: its `commit` queues it. Whoever takes the slot next
+//! whenever it runs: its `commit` queues it (unless it is small and its
+//! tables known, and the slot is free: then its own thread commits it,
+//! `super::direct`). Whoever takes the slot next
 //! with a queue waiting becomes the *leader* and commits the whole queue:
 //! for each transaction in order, it replays the changes over the state
 //! the earlier ones left (creating the tables it opened if they are
@@ -274,11 +276,12 @@ impl Shared {
                 self.dispatch(w);
                 return Err(e);
             }
-            if let Some(state) = w.state.take() {
+            if let Some(mut state) = w.state.take() {
                 w.hold_here();
                 drop(w);
                 // The slot's holder reads and changes the memtable: every
-                // run goes in first.
+                // direct commit and every run goes in first.
+                self.close_direct(&mut state);
                 self.drain_applies();
                 return Ok(state);
             }
@@ -296,6 +299,7 @@ impl Shared {
     /// Give the writer's state back: to the queue's first committer, to
     /// lead it, or to a waiting transaction.
     pub(crate) fn put_writer(&self, state: WriterState) {
+        self.open_direct(&state);
         let mut w = lock(&self.writer);
         w.state = Some(state);
         w.holder = None;
@@ -399,6 +403,7 @@ impl Shared {
     /// waiting forever. On the journal's thread, [`Waiters`] does the same
     /// for the members it was to tell.
     fn lead(self: &Arc<Self>, mut w: WriterState, mut group: Vec<Queued>) {
+        self.close_direct(&mut w);
         let mut held: Vec<Arc<Ticket>> = Vec::new();
         loop {
             let started = Instant::now();
@@ -434,6 +439,9 @@ impl Shared {
                 }
                 continue;
             }
+            // Before the state is back in the slot: a taker after that
+            // closes the gate again.
+            self.open_direct(&w);
             slot.state = Some(w);
             slot.holder = None;
             self.dispatch(slot);
@@ -774,6 +782,8 @@ impl Shared {
                     self.unapplied.keep_spare(b);
                 }
             }
+            // Published once durable too (the group's `settle`).
+            self.published.order.complete(lsn);
         }
     }
 

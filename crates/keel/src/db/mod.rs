@@ -37,6 +37,7 @@
 mod backup;
 mod checkpoint;
 mod combine;
+mod direct;
 mod error;
 mod freelist;
 #[doc(hidden)]
@@ -49,6 +50,7 @@ mod kept;
 mod layers;
 mod live;
 pub mod meta;
+mod order;
 mod pagewrite;
 mod pending;
 mod placement;
@@ -384,6 +386,11 @@ pub struct Stats {
     pub commit_groups: u64,
     /// Transactions committed in those groups.
     pub grouped_commits: u64,
+    /// Small blind transactions each committed by its own thread, without
+    /// the writer slot: it submitted its record and inserted its changes
+    /// itself, at once with others (see store.md, "Shared writes on the
+    /// read and commit paths").
+    pub direct_commits: u64,
     /// Time commits held the writer slot inside `WriteTxn::commit` (a
     /// group's leader, for the group): replaying blind changes, encoding
     /// the record, submitting it to the journal, inserting its changes
@@ -679,7 +686,8 @@ impl Database {
             checkpoint_pages: c.checkpoint_pages.load(Ordering::Relaxed),
             checkpoint_ms: c.checkpoint_us.load(Ordering::Relaxed) as f64 / 1000.0,
             fold_parts: c.fold_parts.load(Ordering::Relaxed),
-            commits: c.commits.load(Ordering::Relaxed),
+            commits: c.commits.load(Ordering::Relaxed) + c.direct_commits.sum()[0],
+            direct_commits: c.direct_commits.sum()[0],
             commit_groups: c.groups.load(Ordering::Relaxed),
             grouped_commits: c.grouped_commits.load(Ordering::Relaxed),
             commit_writer_ms: c.commit_writer_ns.load(Ordering::Relaxed) as f64 / 1e6,

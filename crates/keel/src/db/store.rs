@@ -230,6 +230,9 @@ pub(crate) struct Counters {
     pub commits: AtomicU64,
     pub groups: AtomicU64,
     pub grouped_commits: AtomicU64,
+    /// Blind commits made without the writer slot (`super::direct`),
+    /// counted per thread.
+    pub direct_commits: crate::stripe::Striped<1>,
     /// Nanoseconds commits held the writer slot inside `commit`.
     pub commit_writer_ns: AtomicU64,
     pub overlap: OverlapCounters,
@@ -311,6 +314,12 @@ pub(crate) struct TestFaults {
     pub hold_runs: std::sync::atomic::AtomicBool,
     /// The next group told its results panics first.
     pub panic_in_settle: std::sync::atomic::AtomicBool,
+    /// Blind commits are queued for the writer slot, never made directly
+    /// (`super::direct`): for tests of the groups.
+    pub no_direct: std::sync::atomic::AtomicBool,
+    /// The next direct commit sleeps this long (ms) between getting its
+    /// LSN and inserting its puts.
+    pub direct_apply_delay_ms: AtomicU64,
     /// The next checkpoint panics at this step (`CKPT_*`; 0: none).
     pub panic_in_checkpoint: std::sync::atomic::AtomicU8,
 }
@@ -911,6 +920,7 @@ impl Shared {
             w.forget_table_ids();
             w.base.active.apply(ops, lsn);
             self.applied(&w.base, record_bytes);
+            self.published.order.complete(lsn);
         }));
         if let Err(p) = applied {
             self.writer_panicked("a commit", w, p.as_ref());

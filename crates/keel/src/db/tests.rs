@@ -1075,6 +1075,8 @@ fn a_panic_while_a_group_is_told_its_results_poisons_the_store() {
             let vfs = SimVfs::new(20 + seed);
             let db = Arc::new(builder(&vfs).create(Path::new("/s")).unwrap());
             commit_one(&db, b"before", b"1").unwrap();
+            // Groups only: a direct commit is told nothing.
+            db.shared.faults.no_direct.store(true, Relaxed);
             let fault = match in_publish {
                 true => &db.shared.published.panic_in_publish,
                 false => &db.shared.faults.panic_in_settle,

@@ -44,7 +44,9 @@ use crate::journal::{CommitHandle, Journal, JournalError, Lsn};
 /// queued and committed by whichever committer holds the slot next,
 /// together with the others queued (see `combine.rs`): having read
 /// nothing, it gives the same result whenever it runs, so running it then
-/// is running it serially.
+/// is running it serially. A small one into tables the store knows exist
+/// is committed by its own thread instead, without the slot, at once
+/// with others (`direct.rs`), and published in LSN order.
 pub struct WriteTxn {
     shared: Arc<Shared>,
     durability: Durability,
@@ -352,6 +354,34 @@ impl Blind {
             buf: Cow::Borrowed(&self.bytes),
             large,
         }))
+    }
+
+    /// The record straight from the puts (as [`Blind::encode_direct`]),
+    /// with table ids from `known` (name, id) only: `None` if a table is
+    /// not among them, or the record may be too large for `max_record`.
+    pub(crate) fn encode_known(
+        &mut self,
+        known: &[(Box<str>, u32)],
+        max_record: usize,
+    ) -> Option<Record<'_>> {
+        if self.puts.is_empty() || self.bound > max_record {
+            return None;
+        }
+        self.ids.clear();
+        for name in &self.tables {
+            let &(_, id) = known.iter().find(|(n, _)| **n == **name)?;
+            self.ids.push(id);
+        }
+        self.set_table_ids();
+        let large = self
+            .puts
+            .iter()
+            .filter_map(|p| p.large.as_ref().map(|v| (p.value_at(), v)))
+            .collect();
+        Some(Record {
+            buf: Cow::Borrowed(&self.bytes),
+            large,
+        })
     }
 
     /// The record's bytes: each put's full key is in them (its table's
@@ -948,7 +978,10 @@ impl WriteTxn {
     pub fn commit(mut self) -> Result<()> {
         let started = Instant::now();
         if self.active.get().is_none() && !self.blind.get_mut().is_empty() {
-            let blind = std::mem::take(self.blind.get_mut());
+            let mut blind = std::mem::take(self.blind.get_mut());
+            if let Some(committed) = self.shared.commit_direct(&mut blind, self.durability) {
+                return committed;
+            }
             return self.shared.commit_blind(blind, self.durability);
         }
         self.holding()?;

@@ -2,11 +2,13 @@
 //! holding older bases, and when those expire (`SnapshotTooOld`).
 
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 
+use super::direct::DirectGate;
 use super::error::{DbError, Result};
 use super::layers::{Base, Layer};
+use super::order::ApplyOrder;
 use super::pending::{Run, Runs};
 use super::store::{lock, Shared, WriterState};
 use crate::journal::Lsn;
@@ -96,7 +98,16 @@ pub(super) struct Published {
     /// published snapshot while this still reads `v`.
     version: AtomicU64,
     view_cv: Condvar,
+    /// `view.lsn` as last published through [`Published::publish_to`],
+    /// read without the lock: at most `view.lsn`.
+    lsn_now: AtomicU64,
+    /// Which LSNs are applied and durable: what may be published.
+    pub order: ApplyOrder,
+    /// The gate of commits made without the writer slot.
+    pub direct: DirectGate,
     pub poison: Mutex<Option<Arc<str>>>,
+    /// Set with `poison` (read without its lock).
+    poisoned: AtomicBool,
     /// The next publish panics (a test's injected bug).
     #[cfg(test)]
     pub panic_in_publish: std::sync::atomic::AtomicBool,
@@ -117,23 +128,38 @@ impl Published {
             expired_below: AtomicU64::new(0),
             version: AtomicU64::new(0),
             view_cv: Condvar::new(),
+            lsn_now: AtomicU64::new(lsn),
+            order: ApplyOrder::default(),
+            direct: DirectGate::default(),
             poison: Mutex::new(None),
+            poisoned: AtomicBool::new(false),
             #[cfg(test)]
             panic_in_publish: std::sync::atomic::AtomicBool::new(false),
         }
     }
 
-    /// Make the state after `lsn` (now durable) what new readers see,
-    /// unless a later durable state is already published: committers may
-    /// wake out of order, and the published LSN never moves back.
+    /// `lsn` (and every LSN before it) is durable: publish what that
+    /// allows ([`Published::publish_to`]).
     pub(super) fn publish(&self, lsn: Lsn) {
         #[cfg(test)]
         if self.panic_in_publish.swap(false, Ordering::Relaxed) {
             panic!("injected: the publish failed");
         }
+        self.publish_to(self.order.durable(lsn));
+    }
+
+    /// Make the state after `lsn` what new readers see, unless a later
+    /// state is already published: committers may wake out of order, and
+    /// the published LSN never moves back. `lsn` must be durable and
+    /// applied, with every LSN below it (what [`ApplyOrder`] returns).
+    pub(super) fn publish_to(&self, lsn: Lsn) {
+        if lsn <= self.lsn_now.load(Ordering::Acquire) {
+            return;
+        }
         let mut v = lock(&self.view);
         if lsn > v.lsn {
             v.lsn = lsn;
+            self.lsn_now.store(lsn, Ordering::Release);
             self.changed();
         }
         let wake = v.lsn_waiters > 0;
@@ -156,7 +182,14 @@ impl Published {
         // every run in it on each commit cost the committer an allocation
         // and a cache line from the helper's vCPU per run.
         Arc::make_mut(runs).push(Arc::clone(&run));
+        // Every commit before it was applied by the writer slot's holder,
+        // which this run's committer is (and no direct commit runs
+        // meanwhile): it is published now.
+        self.order.durable(run.lsn);
+        let publishable = self.order.complete(run.lsn);
+        debug_assert_eq!(publishable, run.lsn, "a run published out of order");
         v.lsn = v.lsn.max(run.lsn);
+        self.lsn_now.store(v.lsn, Ordering::Release);
         self.changed();
         let wake = v.lsn_waiters > 0;
         drop(v);
@@ -185,12 +218,20 @@ impl Published {
         self.version.fetch_add(1, Ordering::Release);
     }
 
-    /// Record the first failure; wake whoever waits for publication.
+    /// Whether the store is poisoned (without the poison's lock).
+    pub(super) fn is_poisoned(&self) -> bool {
+        self.poisoned.load(Ordering::Acquire)
+    }
+
+    /// Record the first failure; close the direct commits' gate; wake
+    /// whoever waits for publication.
     pub(super) fn set_poison(&self, why: &str) -> Arc<str> {
         let why: Arc<str> = {
             let mut p = lock(&self.poison);
             Arc::clone(p.get_or_insert_with(|| why.into()))
         };
+        self.poisoned.store(true, Ordering::Release);
+        self.direct.close();
         drop(lock(&self.view));
         self.view_cv.notify_all();
         why
@@ -371,6 +412,9 @@ impl Shared {
     /// Wait until the published LSN reaches `lsn` (or the store is
     /// poisoned).
     pub(crate) fn wait_published(&self, lsn: Lsn) -> Result<()> {
+        if self.published.lsn_now.load(Ordering::Acquire) >= lsn {
+            return Ok(());
+        }
         let mut v = lock(&self.published.view);
         while v.lsn < lsn {
             self.check_poison()?;

@@ -446,3 +446,114 @@ fn backward_scans_see_every_published_key_while_the_writer_inserts() {
         assert!(reader.join().unwrap() > 0);
     });
 }
+
+/// Writers on several threads insert at once, each commit's puts under an
+/// LSN taken from a shared counter, so that the versions of one key come
+/// in out of LSN order and leaves split under concurrent appends: every
+/// key ends with every version, in LSN order (a read at each LSN finds
+/// that version), and scans see each key once, in order, while it goes
+/// on.
+#[test]
+fn writers_on_several_threads_insert_at_once_and_keep_lsn_order() {
+    let mem = MemTable::new();
+    let next_lsn = AtomicU64::new(0);
+    let stop = AtomicBool::new(false);
+    const KEYS: u64 = 4000;
+    const COMMITS_PER_WRITER: u64 = 6000;
+    // Scattered keys, a quarter of them sharing a head longer than the
+    // memtable's inline one.
+    let key = |i: u64| {
+        let mut k = Vec::new();
+        if i % 4 == 0 {
+            k.extend_from_slice(&[7u8; super::HEAD_BYTES]);
+        }
+        k.extend_from_slice(&i.wrapping_mul(0x9E37_79B9_7F4A_7C15).to_be_bytes());
+        k
+    };
+    let logs: Vec<Vec<(u64, Lsn)>> = std::thread::scope(|s| {
+        let reader = s.spawn(|| {
+            let mut scans = 0u64;
+            while !stop.load(Ordering::Acquire) {
+                let mut last: Option<Vec<u8>> = None;
+                for (k, v) in mem.range(Bound::Unbounded, Bound::Unbounded, Lsn::MAX) {
+                    assert!(last.as_deref() < Some(k), "out of order or twice");
+                    assert!(v.is_some_and(|v| v.ends_with(k)), "a value of another key");
+                    last = Some(k.to_vec());
+                }
+                scans += 1;
+            }
+            scans
+        });
+        let writers: Vec<_> = (0..4u64)
+            .map(|t| {
+                let (mem, next_lsn) = (&mem, &next_lsn);
+                s.spawn(move || {
+                    let mut rng = rand::rngs::SmallRng::seed_from_u64(100 + t);
+                    let mut log = Vec::new();
+                    for c in 0..COMMITS_PER_WRITER {
+                        let lsn = next_lsn.fetch_add(1, Ordering::Relaxed) + 1;
+                        let n = rng.random_range(1..=6);
+                        let mut picked: Vec<u64> = Vec::new();
+                        while picked.len() < n {
+                            let i = rng.random_range(0..KEYS);
+                            if !picked.contains(&i) {
+                                picked.push(i);
+                            }
+                        }
+                        let puts: Vec<(Vec<u8>, Vec<u8>)> = picked
+                            .iter()
+                            .map(|&i| {
+                                let mut v = lsn.to_be_bytes().to_vec();
+                                v.extend_from_slice(&key(i));
+                                (key(i), v)
+                            })
+                            .collect();
+                        let mut w = mem.writer();
+                        if c % 2 == 0 {
+                            w.insert_all(lsn, puts.iter().map(|(k, v)| (&k[..], Some(&v[..]))));
+                        } else {
+                            for (k, v) in &puts {
+                                w.insert(k, lsn, Some(v));
+                            }
+                        }
+                        drop(w);
+                        log.extend(picked.iter().map(|&i| (i, lsn)));
+                    }
+                    log
+                })
+            })
+            .collect();
+        let logs = writers.into_iter().map(|h| h.join().unwrap()).collect();
+        stop.store(true, Ordering::Release);
+        assert!(reader.join().unwrap() > 0);
+        logs
+    });
+    let mut model: Model = BTreeMap::new();
+    let mut versions = 0u64;
+    for (i, lsn) in logs.into_iter().flatten() {
+        let mut v = lsn.to_be_bytes().to_vec();
+        v.extend_from_slice(&key(i));
+        model.entry(key(i)).or_default().push((lsn, Some(v)));
+        versions += 1;
+    }
+    for vs in model.values_mut() {
+        vs.sort_by_key(|&(lsn, _)| lsn);
+    }
+    assert_eq!(mem.len(), model.len() as u64);
+    assert_eq!(mem.versions(), versions);
+    for (k, vs) in &model {
+        for &(lsn, _) in vs {
+            for at in [lsn - 1, lsn] {
+                let got = mem.get(k, at).map(|v| v.map(<[u8]>::to_vec));
+                assert_eq!(got, model_at(&model, k, at), "key {k:?} at {at}");
+            }
+        }
+    }
+    let last = next_lsn.load(Ordering::Relaxed);
+    for at in [1, last / 3, last / 2, last] {
+        assert_eq!(
+            mem_range(&mem, Bound::Unbounded, Bound::Unbounded, at),
+            model_range(&model, Bound::Unbounded, Bound::Unbounded, at)
+        );
+    }
+}
