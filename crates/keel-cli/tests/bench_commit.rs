@@ -286,6 +286,8 @@ fn store_budgets_readers_and_costs() {
         "{v}"
     );
     assert!(n("peak_rss_bytes") > (1 << 20) as f64, "{v}");
+    assert!(n("peak_anon_bytes") > (1 << 20) as f64, "{v}");
+    assert!(n("peak_anon_bytes") <= n("peak_rss_bytes"), "{v}");
     assert!(n("close_ms") >= 0.0, "{v}");
     assert!(
         n("commits_per_s_to_close") <= v["commits_per_s"].as_f64().unwrap() + 0.1,

@@ -24,7 +24,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use super::cache::PageSource;
 use super::leaf::{Merge, OverflowValue, ValueRef};
 use super::node::{Body, Branch, Node};
-use super::read::{self, load_at_level};
+use super::read::{self, load_to_change_at_level};
 use super::tree::TreeMut;
 use super::write::Writer;
 use super::{BtreeError, Location, PageNo, PageSize};
@@ -123,7 +123,7 @@ impl Batch<'_, '_> {
             Some(n) => n,
             None => {
                 let loc = group.loc.expect("a child is in memory or on disk");
-                load_at_level(self.src, loc, self.level)?
+                load_to_change_at_level(self.src, loc, self.level)?
             }
         };
         let (mut freed, mut created, mut changed) = (Vec::new(), 0, false);
@@ -257,7 +257,7 @@ impl Writer<'_> {
             Some(n) => n,
             None => {
                 let at = loc.expect("a child is in memory or on disk");
-                load_at_level(self.src, at, 0)?
+                load_to_change_at_level(self.src, at, 0)?
             }
         };
         let Body::Leaf(old) = node.body() else {

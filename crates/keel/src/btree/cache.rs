@@ -49,6 +49,14 @@ pub trait PageSource: Send + Sync {
         self.load(loc).map(NodeRef::Owned)
     }
 
+    /// The node at `loc`, checked as [`PageSource::load`] checks it, for
+    /// a writer that will replace it (a checkpoint's fold): a source that
+    /// caches nodes gives its own when it holds it, else reads the page
+    /// without caching it and without its map.
+    fn load_to_change(&self, loc: Location) -> Result<Arc<Node>, BtreeError> {
+        self.load(loc)
+    }
+
     /// The value of `len` bytes stored in the chain starting at `first`.
     fn load_overflow(&self, first: Location, len: u64) -> Result<OverflowData, BtreeError>;
 
@@ -473,6 +481,22 @@ impl PageSource for PageCache {
         }
         drop(guard);
         self.miss(loc)
+    }
+
+    /// A miss is read with `pread` and not cached: the fold makes a new
+    /// version of the node, so the old one would only take the place of
+    /// pages readers use (a fold of scattered keys reads nearly every
+    /// leaf, many times the cache), and reading it through the map would
+    /// leave the whole tree in the process's resident pages after every
+    /// checkpoint.
+    fn load_to_change(&self, loc: Location) -> Result<Arc<Node>, BtreeError> {
+        let guard = epoch::pin();
+        if let Some(node) = self.hit(loc, &guard) {
+            return Ok(Arc::clone(node));
+        }
+        drop(guard);
+        self.counts.add(MISSES, 1);
+        Ok(Arc::new(self.pread_node(loc)?))
     }
 
     fn load_pinned<'g>(

@@ -319,3 +319,76 @@ fn old_snapshots_read_across_remaps() {
     );
     assert!(s.searched_in_place > 1000, "{s:?}");
 }
+
+/// A writer's loads (a checkpoint's fold) go neither into the cache nor
+/// through the map: the fold replaces every node it loads, so caching the
+/// old versions would only evict what readers use, and mapping them would
+/// leave the whole tree resident after each checkpoint. Readers still
+/// read through the map and the cache.
+#[test]
+fn a_writers_loads_skip_the_cache_and_the_map() {
+    let vfs = SimVfs::new(5);
+    vfs.create_dir_durable(Path::new("/db")).unwrap();
+    let file = vfs
+        .open(
+            Path::new("/db/data"),
+            OpenOptions::new(OpenMode::Buffered).create(true),
+        )
+        .unwrap();
+    let cache = || {
+        PageCache::new(Arc::clone(&file), PS, 64 << 20)
+            .with_mapped_reads(true)
+            .unwrap()
+    };
+    let key = |i: u32| format!("key{i:08}").into_bytes();
+    // A tree of many leaves, written out and read back cold.
+    let mut tm = Tree::new(PS).edit();
+    let warm = cache();
+    for i in 0..3000 {
+        tm.insert(&warm, &key(i), &[1u8; 100]).unwrap();
+    }
+    let cp = assign_pages(&tm.snapshot(), &mut {
+        let mut next = FIRST_TREE_PAGE;
+        move || {
+            next += 1;
+            next - 1
+        }
+    })
+    .unwrap();
+    for (page, bytes) in &cp.pages {
+        write(file.as_ref(), *page, bytes);
+    }
+    let cold = cache();
+    let tree = Tree::open(PS, &cold, cp.root).unwrap();
+    let (cached0, mapped0) = (cold.stats().cached_bytes, vfs.stats().mapped_reads);
+    // Change a key in every leaf.
+    let mut tm = tree.edit();
+    for i in (0..3000).step_by(20) {
+        tm.insert(&cold, &key(i), &[2u8; 100]).unwrap();
+    }
+    let s = cold.stats();
+    assert!(
+        s.misses > 50,
+        "the writer loaded the leaves it changed: {s:?}"
+    );
+    assert_eq!(
+        s.cached_bytes, cached0,
+        "nothing the writer loaded was cached"
+    );
+    assert_eq!(
+        vfs.stats().mapped_reads,
+        mapped0,
+        "nor read through the map"
+    );
+    // A reader of the old tree reads through the map, and caches.
+    assert_eq!(
+        tree.get(&cold, &key(40)).unwrap().unwrap().value(),
+        [1u8; 100]
+    );
+    assert!(vfs.stats().mapped_reads > mapped0);
+    assert!(cold.stats().cached_bytes > cached0);
+    assert_eq!(
+        tm.snapshot().get(&cold, &key(40)).unwrap().unwrap().value(),
+        [2u8; 100]
+    );
+}

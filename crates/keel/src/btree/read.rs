@@ -34,6 +34,18 @@ pub(crate) fn load_at_level(
     Ok(node)
 }
 
+/// The node at `loc`, which its parent says is at `level`, for a writer
+/// that will replace it ([`PageSource::load_to_change`]).
+pub(crate) fn load_to_change_at_level(
+    src: &dyn PageSource,
+    loc: Location,
+    level: u8,
+) -> Result<Arc<Node>, BtreeError> {
+    let node = src.load_to_change(loc)?;
+    check_level(&node, loc, level)?;
+    Ok(node)
+}
+
 /// Child `i` of `branch`: the in-memory node, or the page loaded.
 pub(crate) fn child_node(
     branch: &Branch,

@@ -11,7 +11,7 @@ use std::sync::Arc;
 use super::children::Child;
 use super::node::{Body, Branch, Node};
 use super::page::{BRANCH_CELL_FIXED_BYTES, PAGE_HEADER_BYTES};
-use super::read::load_at_level;
+use super::read::load_to_change_at_level;
 use super::write::Writer;
 use super::{BtreeError, PageSize};
 
@@ -153,7 +153,7 @@ impl Writer<'_> {
                 // any) is already reported.
                 let child = match b.child(0).resolve() {
                     Ok(n) => n,
-                    Err(loc) => load_at_level(self.src, loc, b.level() - 1)?,
+                    Err(loc) => load_to_change_at_level(self.src, loc, b.level() - 1)?,
                 };
                 *root = Some(child);
             } else {

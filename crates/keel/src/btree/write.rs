@@ -16,7 +16,7 @@ use super::cache::PageSource;
 use super::children::Child;
 use super::leaf::{Leaf, OverflowValue, ValueRef};
 use super::node::{Body, Branch, Node};
-use super::read::{leaf_start, load_at_level};
+use super::read::{leaf_start, load_to_change_at_level};
 use super::{BtreeError, PageNo, PageSize};
 
 /// One write operation's context.
@@ -93,7 +93,7 @@ impl Writer<'_> {
         let (loc, mem) = branch.child_mut(i).parts_mut();
         if mem.is_none() {
             let at = loc.expect("a child is in memory or on disk");
-            *mem = Some(load_at_level(self.src, at, level)?);
+            *mem = Some(load_to_change_at_level(self.src, at, level)?);
         }
         // The child is about to differ from its page.
         loc.take();
@@ -143,7 +143,7 @@ impl Writer<'_> {
         }
         let node = match child.resolve() {
             Ok(n) => n,
-            Err(loc) => load_at_level(self.src, loc, level)?,
+            Err(loc) => load_to_change_at_level(self.src, loc, level)?,
         };
         if let Some(page) = node.page() {
             self.freed.push(page);

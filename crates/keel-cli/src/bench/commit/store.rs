@@ -32,7 +32,7 @@
 
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Barrier;
+use std::sync::{Arc, Barrier};
 use std::time::Instant;
 
 use anyhow::{anyhow, bail, Context};
@@ -244,6 +244,7 @@ pub(super) fn run(spec: &Spec, dir: &Path, pool: &ValuePool) -> anyhow::Result<O
     };
     let before = c.db.stats();
     settle(dir);
+    let anon = AnonSampler::start();
     let stop_readers = AtomicBool::new(false);
     let (out, reader_gets) = std::thread::scope(|s| {
         let readers: Vec<_> = (0..spec.store.readers)
@@ -302,6 +303,7 @@ pub(super) fn run(spec: &Spec, dir: &Path, pool: &ValuePool) -> anyhow::Result<O
     let last = c.db.stats();
     c.db.close()?;
     let close = t1.elapsed();
+    let peak_anon = anon.stop();
     let sdir = dir.join(STORE_DIR);
     let user_bytes = out.commits * (spec.batch * (16 + spec.size)) as u64;
     let journal_written = last.journal.bytes_written - before.journal.bytes_written;
@@ -315,6 +317,7 @@ pub(super) fn run(spec: &Spec, dir: &Path, pool: &ValuePool) -> anyhow::Result<O
                 1
             ),
             "peak_rss_bytes": peak_rss_bytes(),
+            "peak_anon_bytes": peak_anon,
             "user_bytes": user_bytes,
             "journal_bytes_written": journal_written,
             "data_bytes_written": data_written,
@@ -362,6 +365,47 @@ fn peak_rss_bytes() -> u64 {
             line.split_whitespace().nth(1)?.parse::<u64>().ok()
         })
         .map_or(0, |kib| kib << 10)
+}
+
+/// `RssAnon` of `/proc/self/status`, bytes (0 where it does not say).
+fn anon_bytes() -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            let line = s.lines().find(|l| l.starts_with("RssAnon:"))?;
+            line.split_whitespace().nth(1)?.parse::<u64>().ok()
+        })
+        .map_or(0, |kib| kib << 10)
+}
+
+/// The most anonymous memory the process held, sampled every 20 ms:
+/// `VmHWM` also counts the data file's pages read through the store's
+/// map, which are the kernel's page cache (reclaimable), not the store's
+/// memory.
+struct AnonSampler {
+    stop: Arc<AtomicBool>,
+    thread: std::thread::JoinHandle<u64>,
+}
+
+impl AnonSampler {
+    fn start() -> AnonSampler {
+        let stop = Arc::new(AtomicBool::new(false));
+        let flag = Arc::clone(&stop);
+        let thread = std::thread::spawn(move || {
+            let mut peak = anon_bytes();
+            while !flag.load(Ordering::Relaxed) {
+                std::thread::sleep(std::time::Duration::from_millis(20));
+                peak = peak.max(anon_bytes());
+            }
+            peak
+        });
+        AnonSampler { stop, thread }
+    }
+
+    fn stop(self) -> u64 {
+        self.stop.store(true, Ordering::Relaxed);
+        self.thread.join().unwrap_or(0).max(anon_bytes())
+    }
 }
 
 /// Bytes allocated on disk to a file, or to the files of a directory.
