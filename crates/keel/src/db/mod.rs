@@ -204,19 +204,19 @@ impl Default for Options {
     fn default() -> Self {
         Options {
             page_size: crate::btree::DEFAULT_PAGE_BYTES,
-            cache_bytes: 96 << 20,
+            cache_bytes: 256 << 20,
             read_mapped: true,
             checkpoint_journal_bytes: 64 << 20,
             checkpoint_interval: Some(Duration::from_secs(30)),
             backpressure_journal_bytes: 256 << 20,
-            checkpoint_dirty_bytes: 32 << 20,
-            backpressure_dirty_bytes: 96 << 20,
+            checkpoint_dirty_bytes: 256 << 20,
+            backpressure_dirty_bytes: 1 << 30,
             fold_bytes: 16 << 20,
             background_checkpoints: true,
             background_nice: 5,
             background_cpus: BackgroundCpus::Any,
             paced_checkpoints: true,
-            reader_pinned_bytes: 256 << 20,
+            reader_pinned_bytes: 1 << 30,
             journal: JournalOptions::default(),
             vfs: RealVfs::shared(),
         }
