@@ -355,27 +355,26 @@ fn read_until(db: &Database, stop: &AtomicBool) -> anyhow::Result<u64> {
     Ok(gets)
 }
 
-/// The process's peak resident memory (`VmHWM`), bytes; 0 where
-/// `/proc/self/status` does not say.
-fn peak_rss_bytes() -> u64 {
+/// A memory field of `/proc/self/status` (`VmHWM`, `RssAnon`), bytes; 0
+/// where it does not say.
+fn status_bytes(field: &str) -> u64 {
     std::fs::read_to_string("/proc/self/status")
         .ok()
         .and_then(|s| {
-            let line = s.lines().find(|l| l.starts_with("VmHWM:"))?;
+            let line = s.lines().find(|l| l.starts_with(field))?;
             line.split_whitespace().nth(1)?.parse::<u64>().ok()
         })
         .map_or(0, |kib| kib << 10)
 }
 
-/// `RssAnon` of `/proc/self/status`, bytes (0 where it does not say).
+/// The process's peak resident memory (`VmHWM`), bytes.
+fn peak_rss_bytes() -> u64 {
+    status_bytes("VmHWM:")
+}
+
+/// The process's anonymous resident memory (`RssAnon`), bytes.
 fn anon_bytes() -> u64 {
-    std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| {
-            let line = s.lines().find(|l| l.starts_with("RssAnon:"))?;
-            line.split_whitespace().nth(1)?.parse::<u64>().ok()
-        })
-        .map_or(0, |kib| kib << 10)
+    status_bytes("RssAnon:")
 }
 
 /// The most anonymous memory the process held, sampled every 20 ms:
