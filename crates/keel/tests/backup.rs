@@ -202,6 +202,37 @@ fn a_backup_copies_every_table_byte_for_byte() {
     assert_eq!(report.data_file_bytes, on_disk.len());
 }
 
+/// A typed table's recorded types come along: the copy refuses an open
+/// with other types, as the store does, and reads it with its own.
+#[test]
+fn a_backup_keeps_the_types_typed_tables_record() {
+    use keel::db::TableDefinition;
+    const SCORES: TableDefinition<u64, &str> = TableDefinition::new("scores");
+    const WRONG: TableDefinition<&str, &str> = TableDefinition::new("scores");
+    let dir = scratch("types");
+    let store = dir.join("store");
+    let db = create(&store);
+    let w = db.begin_write().unwrap();
+    w.open_typed(&SCORES).unwrap().insert(7, "seven").unwrap();
+    w.open_table("plain").unwrap().insert(b"k", b"v").unwrap();
+    w.commit().unwrap();
+    let report = db.backup(dir.join("copy")).unwrap();
+    db.close().unwrap();
+    assert_eq!((report.tables, report.typed_tables), (2, 1));
+
+    let copy = Database::open(dir.join("copy")).unwrap();
+    let read = copy.begin_read();
+    assert!(matches!(
+        read.open_typed(&WRONG),
+        Err(DbError::TableTypeMismatch { .. })
+    ));
+    let scores = read.open_typed(&SCORES).unwrap();
+    assert_eq!(scores.get(7).unwrap().as_deref(), Some("seven"));
+    drop(scores);
+    drop(read);
+    copy.close().unwrap();
+}
+
 #[test]
 fn a_backup_refuses_a_directory_that_is_not_empty_or_inside_the_store() {
     let dir = scratch("refuse");

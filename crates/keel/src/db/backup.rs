@@ -24,7 +24,7 @@ use super::error::{DbError, Result};
 use super::read::{ReadTxn, PREFIX};
 use super::record::PUT_FIXED_BYTES;
 use super::store::DATA_FILE;
-use super::{salvage, Database, WriteTxn};
+use super::{salvage, typed, Database, WriteTxn};
 use crate::io::{OpenMode, OpenOptions};
 use crate::journal::{JournalOptions, Lsn};
 
@@ -273,6 +273,9 @@ pub struct BackupReport {
     pub lsn: Lsn,
     /// Tables copied (empty ones included).
     pub tables: u64,
+    /// Of those, typed tables whose recorded key and value types were
+    /// copied too.
+    pub typed_tables: u64,
     /// Entries copied.
     pub entries: u64,
     /// The bytes of their keys and values.
@@ -412,15 +415,29 @@ fn fill(
         key_value_bytes: 0,
     };
     let mut writer = copy.bulk_writer();
+    let mut typed = Vec::new();
     for name in &tables {
         writer.create_table(name)?;
         copy_table(&read, name, &mut writer, &mut at, progress)?;
+        if let Some(types) = typed::recorded_types(&read, name)? {
+            typed.push((name, types));
+        }
         at.tables_done += 1;
     }
     writer.finish()?;
+    // The types typed tables record, so that the copy refuses a wrong-type
+    // open as the store does.
+    if !typed.is_empty() {
+        let txn = copy.begin_write()?;
+        for (name, types) in typed.iter().cloned() {
+            typed::set_recorded_types(&txn, name, types)?;
+        }
+        txn.commit()?;
+    }
     progress(&at);
     Ok(BackupReport {
         lsn: read.lsn(),
+        typed_tables: typed.len() as u64,
         tables: at.tables,
         entries: at.entries,
         key_value_bytes: at.key_value_bytes,
@@ -454,7 +471,7 @@ fn copy_table(
 fn seal(copy: Database, dir: &Path, mut report: BackupReport) -> Result<BackupReport> {
     copy.checkpoint()?;
     let check = copy.check()?;
-    let catalog = report.tables + u64::from(report.tables > 0);
+    let catalog = report.tables + u64::from(report.tables > 0) + report.typed_tables;
     if check.disk.entries != report.entries + catalog {
         return Err(DbError::Corrupt {
             path: dir.to_path_buf(),

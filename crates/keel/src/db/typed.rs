@@ -532,6 +532,41 @@ impl WriteTxn {
     }
 }
 
+/// The key and value types table `name` records, if it records any for
+/// the table of that name that `read` sees (a backup carries them over).
+pub(super) fn recorded_types(read: &ReadTxn, name: &str) -> Result<Option<(String, String)>> {
+    let Some(id) = read.table_id(name)? else {
+        return Ok(None);
+    };
+    let Some(bytes) = read.get_full(&full_key(TYPES, name.as_bytes()))? else {
+        return Ok(None);
+    };
+    Ok(TypeRecord::decode(&bytes)
+        .filter(|t| t.id == id)
+        .map(|t| (t.key, t.value)))
+}
+
+/// Record key and value types `types` for the existing table `name`, as a
+/// typed open would have (a backup's copy of [`recorded_types`]).
+pub(super) fn set_recorded_types(
+    txn: &WriteTxn,
+    name: &str,
+    types: (String, String),
+) -> Result<()> {
+    let h = txn.holding()?;
+    let mut a = h.active.borrow_mut();
+    let id = a
+        .table_id(name)?
+        .ok_or_else(|| DbError::NoSuchTable(name.into()))?;
+    let record = TypeRecord {
+        id,
+        key: types.0,
+        value: types.1,
+    }
+    .encode();
+    a.set_full(full_key(TYPES, name.as_bytes()), Some(Arc::from(record)))
+}
+
 /// Open (or create) table `name` in `a` as `<K, V>`: check its types,
 /// record them if it has none. Its id.
 fn record_types<K: KeyCodec, V: ValueCodec>(a: &mut Active, name: &str) -> Result<u32> {
