@@ -3,7 +3,7 @@
 //! page is decoded (a load) or a leaf is searched in place (a lookup that
 //! misses a full cache).
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 
 use crossbeam_epoch as epoch;
@@ -12,31 +12,10 @@ use super::forge::{branch_page, leaf_page};
 use super::page::{page_crc, PAGE_HEADER_BYTES};
 use super::test_disk::Disk;
 use super::*;
-use crate::io::{OpenMode, OpenOptions, RealVfs, SimVfs, Vfs, VfsFile};
+use crate::io::test_files::{real_file, sim_file};
+use crate::io::{OpenMode, OpenOptions, SimVfs, Vfs, VfsFile};
 
 const PS: PageSize = PageSize::DEFAULT;
-
-fn sim_file() -> Arc<dyn VfsFile> {
-    let vfs = SimVfs::new(11);
-    vfs.create_dir_durable(Path::new("/db")).unwrap();
-    vfs.open(
-        Path::new("/db/data"),
-        OpenOptions::new(OpenMode::Buffered).create(true),
-    )
-    .unwrap()
-}
-
-fn real_file(name: &str) -> (Arc<dyn VfsFile>, PathBuf) {
-    let dir = std::env::temp_dir().join(format!("keel-mapped-{}-{name}", std::process::id()));
-    RealVfs.create_dir_all(&dir).unwrap();
-    let f = RealVfs
-        .open(
-            &dir.join("data"),
-            OpenOptions::new(OpenMode::Buffered).create(true),
-        )
-        .unwrap();
-    (f, dir)
-}
 
 fn write(f: &dyn VfsFile, page: PageNo, bytes: &[u8]) {
     f.write_at(bytes, page * PS.bytes() as u64).unwrap();
@@ -122,7 +101,7 @@ fn good_leaf(page: PageNo) -> (Location, Vec<u8>) {
 
 #[test]
 fn a_good_leaf_reads_the_same_every_way() {
-    let f = sim_file();
+    let f = sim_file(11);
     let (loc, bytes) = good_leaf(3);
     write(&*f, 3, &bytes);
     for key in [&b"key"[..], b"a", b"z", b"b", b"", b"zz"] {
@@ -149,7 +128,7 @@ fn a_good_leaf_reads_the_same_every_way() {
 
 #[test]
 fn a_damaged_page_is_the_same_error_however_it_is_read() {
-    let f = sim_file();
+    let f = sim_file(11);
     let (loc, bytes) = good_leaf(3);
 
     // A flipped bit: the page's own checksum.
@@ -225,7 +204,7 @@ fn a_damaged_page_is_the_same_error_however_it_is_read() {
 /// decoded and handed back, as a load would (the caller checks levels).
 #[test]
 fn a_branch_where_a_leaf_belongs_is_handed_back() {
-    let f = sim_file();
+    let f = sim_file(11);
     let (l1, b1) = good_leaf(3);
     let (l2, b2) = leaf_page(PS, 4, &[(b"zz", ValueRef::Inline(b"x"))]);
     let (br, bb) = branch_page(PS, 5, 1, &[l1, l2], &[b"zz"]);
@@ -245,8 +224,8 @@ fn a_branch_where_a_leaf_belongs_is_handed_back() {
 /// simulated one).
 #[test]
 fn a_page_torn_under_the_map_is_caught() {
-    let (real, dir) = real_file("torn");
-    for f in [real, sim_file()] {
+    let (real, dir) = real_file("mapped-torn");
+    for f in [real, sim_file(11)] {
         let (loc, bytes) = good_leaf(3);
         write(&*f, 3, &bytes);
         let [_, _, (_, in_place)] = caches(&f);

@@ -1,39 +1,18 @@
 //! The growing map over the real file system and over its simulated twin.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 
 use crossbeam_epoch as epoch;
 
 use super::*;
-use crate::io::{OpenMode, OpenOptions, RealVfs, SimVfs, Vfs};
+use crate::io::test_files::{real_file, sim_file};
+use crate::io::{OpenMode, OpenOptions, SimVfs, Vfs};
 
 const PAGE: usize = 4096;
 
 fn page(fill: u8) -> Vec<u8> {
     vec![fill; PAGE]
-}
-
-fn real_file(name: &str) -> (Arc<dyn VfsFile>, PathBuf) {
-    let dir = std::env::temp_dir().join(format!("keel-map-{}-{name}", std::process::id()));
-    RealVfs.create_dir_all(&dir).unwrap();
-    let f = RealVfs
-        .open(
-            &dir.join("data"),
-            OpenOptions::new(OpenMode::Buffered).create(true),
-        )
-        .unwrap();
-    (f, dir)
-}
-
-fn sim_file() -> Arc<dyn VfsFile> {
-    let vfs = SimVfs::new(3);
-    vfs.create_dir_durable(Path::new("/db")).unwrap();
-    vfs.open(
-        Path::new("/db/data"),
-        OpenOptions::new(OpenMode::Buffered).create(true),
-    )
-    .unwrap()
 }
 
 /// A reader holds bytes borrowed from the first map while the file grows
@@ -83,21 +62,21 @@ fn remaps_while_a_reader_holds_the_old_map(f: Arc<dyn VfsFile>) {
 
 #[test]
 fn real_map_remaps_while_a_reader_holds_the_old_one() {
-    let (f, dir) = real_file("remap");
+    let (f, dir) = real_file("map-remap");
     remaps_while_a_reader_holds_the_old_map(f);
     std::fs::remove_dir_all(dir).unwrap();
 }
 
 #[test]
 fn sim_map_remaps_while_a_reader_holds_the_old_one() {
-    remaps_while_a_reader_holds_the_old_map(sim_file());
+    remaps_while_a_reader_holds_the_old_map(sim_file(3));
 }
 
 /// A map shows later writes, as the page cache does.
 #[test]
 fn maps_show_later_writes() {
-    let (real, dir) = real_file("writes");
-    for f in [real, sim_file()] {
+    let (real, dir) = real_file("map-writes");
+    for f in [real, sim_file(3)] {
         f.write_at(&page(1), 0).unwrap();
         let map = GrowingMap::new(Arc::clone(&f)).unwrap().unwrap();
         f.write_at(&page(4)[..100], 50).unwrap();

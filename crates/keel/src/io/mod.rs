@@ -368,3 +368,39 @@ pub fn create_dir_all_durable(vfs: &dyn Vfs, path: &Path) -> Result<()> {
     }
     Ok(())
 }
+
+/// Data files for tests of the mapped read path: one on the real file
+/// system, one on the simulated one.
+#[cfg(test)]
+pub(crate) mod test_files {
+    use std::path::{Path, PathBuf};
+    use std::sync::Arc;
+
+    use super::{OpenMode, OpenOptions, RealVfs, SimVfs, Vfs, VfsFile};
+
+    /// A fresh buffered file `data` in a directory of its own, named after
+    /// `name` and the process; the directory, for the caller to remove.
+    pub(crate) fn real_file(name: &str) -> (Arc<dyn VfsFile>, PathBuf) {
+        let dir = std::env::temp_dir().join(format!("keel-{name}-{}", std::process::id()));
+        RealVfs.create_dir_all(&dir).unwrap();
+        let f = RealVfs
+            .open(
+                &dir.join("data"),
+                OpenOptions::new(OpenMode::Buffered).create(true),
+            )
+            .unwrap();
+        (f, dir)
+    }
+
+    /// A fresh buffered file `/db/data` on a simulated file system seeded
+    /// with `seed`.
+    pub(crate) fn sim_file(seed: u64) -> Arc<dyn VfsFile> {
+        let vfs = SimVfs::new(seed);
+        vfs.create_dir_durable(Path::new("/db")).unwrap();
+        vfs.open(
+            Path::new("/db/data"),
+            OpenOptions::new(OpenMode::Buffered).create(true),
+        )
+        .unwrap()
+    }
+}
