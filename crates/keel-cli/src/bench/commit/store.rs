@@ -304,32 +304,17 @@ pub(super) fn run(spec: &Spec, dir: &Path, pool: &ValuePool) -> anyhow::Result<O
     c.db.close()?;
     let close = t1.elapsed();
     let peak_anon = anon.stop();
-    let sdir = dir.join(STORE_DIR);
-    let user_bytes = out.commits * (spec.batch * (16 + spec.size)) as u64;
-    let journal_written = last.journal.bytes_written - before.journal.bytes_written;
-    let data_written = (last.checkpoint_pages - before.checkpoint_pages) * last.page_size as u64;
     merge(
         &mut info,
-        json!({
-            "close_ms": round(close.as_secs_f64() * 1e3, 1),
-            "commits_per_s_to_close": round(
-                out.commits as f64 / (out.elapsed + close).as_secs_f64().max(f64::MIN_POSITIVE),
-                1
-            ),
-            "peak_rss_bytes": peak_rss_bytes(),
-            "peak_anon_bytes": peak_anon,
-            "user_bytes": user_bytes,
-            "journal_bytes_written": journal_written,
-            "data_bytes_written": data_written,
-            "write_amplification": round(
-                (journal_written + data_written) as f64 / user_bytes.max(1) as f64,
-                2
-            ),
-            "data_file_bytes": disk_bytes(&sdir.join(keel::db::DATA_FILE)),
-            "journal_dir_bytes": disk_bytes(&sdir.join(keel::db::JOURNAL_DIR)),
-            "checkpoints_to_close": last.checkpoints - before.checkpoints,
-            "checkpoint_ms_to_close": round(last.checkpoint_ms - before.checkpoint_ms, 1),
-        }),
+        costs_json(
+            spec,
+            &out,
+            &before,
+            &last,
+            close,
+            peak_anon,
+            &dir.join(STORE_DIR),
+        ),
     );
     info["after_timing"] = json!(format!(
         "checkpointed and closed the store in {:.0} ms (close_ms; commits_per_s_to_close \
@@ -338,6 +323,42 @@ pub(super) fn run(spec: &Spec, dir: &Path, pool: &ValuePool) -> anyhow::Result<O
     ));
     out.info = info;
     Ok(out)
+}
+
+/// What the run cost, counted to the close: memory, bytes written and
+/// their ratio to the user's bytes, the files' sizes, the checkpoints.
+fn costs_json(
+    spec: &Spec,
+    out: &Outcome,
+    before: &Stats,
+    last: &Stats,
+    close: std::time::Duration,
+    peak_anon: u64,
+    sdir: &Path,
+) -> serde_json::Value {
+    let user_bytes = out.commits * (spec.batch * (16 + spec.size)) as u64;
+    let journal_written = last.journal.bytes_written - before.journal.bytes_written;
+    let data_written = (last.checkpoint_pages - before.checkpoint_pages) * last.page_size as u64;
+    json!({
+        "close_ms": round(close.as_secs_f64() * 1e3, 1),
+        "commits_per_s_to_close": round(
+            out.commits as f64 / (out.elapsed + close).as_secs_f64().max(f64::MIN_POSITIVE),
+            1
+        ),
+        "peak_rss_bytes": peak_rss_bytes(),
+        "peak_anon_bytes": peak_anon,
+        "user_bytes": user_bytes,
+        "journal_bytes_written": journal_written,
+        "data_bytes_written": data_written,
+        "write_amplification": round(
+            (journal_written + data_written) as f64 / user_bytes.max(1) as f64,
+            2
+        ),
+        "data_file_bytes": disk_bytes(&sdir.join(keel::db::DATA_FILE)),
+        "journal_dir_bytes": disk_bytes(&sdir.join(keel::db::JOURNAL_DIR)),
+        "checkpoints_to_close": last.checkpoints - before.checkpoints,
+        "checkpoint_ms_to_close": round(last.checkpoint_ms - before.checkpoint_ms, 1),
+    })
 }
 
 /// Point gets of random keys, each in a read transaction of its own,
