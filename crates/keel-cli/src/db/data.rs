@@ -137,8 +137,15 @@ pub fn put(a: PutArgs) -> Result<ExitCode, Failure> {
 /// segment file to measure, the format's limit (the open then says what is
 /// wrong with the store).
 fn value_bound(store: &Path) -> u64 {
-    let segments = std::fs::read_dir(store.join(JOURNAL_DIR));
-    segments
+    largest_segment(store)
+        .unwrap_or(MAX_VALUE_BYTES)
+        .min(MAX_VALUE_BYTES)
+}
+
+/// The size of the largest journal segment file of the store at `store`,
+/// read without opening it; `None` when there is none.
+pub(super) fn largest_segment(store: &Path) -> Option<u64> {
+    std::fs::read_dir(store.join(JOURNAL_DIR))
         .into_iter()
         .flatten()
         .filter_map(Result::ok)
@@ -146,8 +153,6 @@ fn value_bound(store: &Path) -> u64 {
         .filter_map(|e| e.metadata().ok())
         .map(|m| m.len())
         .max()
-        .unwrap_or(MAX_VALUE_BYTES)
-        .min(MAX_VALUE_BYTES)
 }
 
 /// The bytes of `path`, or of standard input for `-`: refused, without

@@ -267,15 +267,7 @@ fn open_or_create(a: &LoadArgs, create: bool) -> Result<Database, Failure> {
 /// The size of the journal segment files of the store at `store` (0 when
 /// there is none).
 fn existing_segment(store: &Path) -> u64 {
-    std::fs::read_dir(store.join(keel::db::JOURNAL_DIR))
-        .into_iter()
-        .flatten()
-        .filter_map(Result::ok)
-        .filter(|e| e.file_name().to_string_lossy().ends_with(".seg"))
-        .filter_map(|e| e.metadata().ok())
-        .map(|m| m.len())
-        .max()
-        .unwrap_or(0)
+    super::data::largest_segment(store).unwrap_or(0)
 }
 
 /// The longest line taken: a record of a segment's bytes, each escaped
