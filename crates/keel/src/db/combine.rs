@@ -43,11 +43,12 @@ use std::time::Instant;
 
 use super::error::{DbError, Result};
 use super::kept::Kept;
-use super::pending::Run;
-use super::store::{lock, OverlapCounters, Shared, WriterState, START_MIN_OPS};
+use super::options::Durability;
+use super::pending::{Run, MAX_UNAPPLIED_RUNS};
+use super::store::{OverlapCounters, Shared, WriterState, START_MIN_OPS};
+use super::sync::lock;
 use super::txn::{Active, Blind};
 use super::view::Published;
-use super::Durability;
 use crate::bell::Bell;
 use crate::journal::{CommitHandle, JournalError, Lsn};
 
@@ -917,16 +918,6 @@ fn tell_all(
     }
     rings.ring(bells);
 }
-
-/// Runs published and not yet in the memtable past which a committer
-/// inserts the oldest itself before its own, unless the helper is at it
-/// (`write_then_publish_run`); twice as many, whoever is at it.
-///
-/// Why a share and not all of them: at 16, a committer finding them
-/// waiting inserted all 16 and more while the helper was late (~1 ms on
-/// its commit's path, 800 of 10,000 w3 commits inserted so in some runs),
-/// or waited for the helper's whole batch.
-pub(super) const MAX_UNAPPLIED_RUNS: usize = 32;
 
 /// Runs waiting before the helper is asked to insert them: one wake-up of
 /// the helper per this many lone commits instead of one per commit.

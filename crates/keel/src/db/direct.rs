@@ -33,9 +33,10 @@ use crossbeam_utils::CachePadded;
 
 use super::error::{DbError, Result};
 use super::layers::Base;
-use super::store::{lock, Shared, WriterState, START_MIN_OPS};
+use super::options::Durability;
+use super::store::{Shared, WriterState, START_MIN_OPS};
+use super::sync::lock;
 use super::txn::Blind;
-use super::Durability;
 use crate::journal::Lsn;
 use crate::stripe::{stripe, STRIPES};
 

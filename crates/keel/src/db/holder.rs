@@ -27,23 +27,12 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, Weak};
-use std::thread::ThreadId;
 
 use super::combine::Slot;
 use super::error::{DbError, LockHolder, Result};
-use super::store::{lock, Shared};
+use super::store::Shared;
+use super::sync::{lock, this_thread};
 use crate::io::{IoError, LockGuard, OpenMode, OpenOptions, Vfs, VfsFile};
-
-thread_local! {
-    static THIS_THREAD: ThreadId = std::thread::current().id();
-}
-
-/// This thread's id; after the first call, a read of a thread-local.
-pub(crate) fn this_thread() -> ThreadId {
-    THIS_THREAD
-        .try_with(|t| *t)
-        .unwrap_or_else(|_| std::thread::current().id())
-}
 
 impl Slot {
     /// Whether this thread holds the slot.

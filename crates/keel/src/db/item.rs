@@ -9,12 +9,18 @@ use std::hash::{Hash, Hasher};
 use std::ops::Deref;
 use std::sync::Arc;
 
-use super::layers::Found;
 use crate::btree::Entry;
 
 /// Bytes of a full key before the user's key: the table's id (4 bytes,
 /// big-endian).
 pub(super) const PREFIX: usize = 4;
+
+/// A value found through a base: the tree's entry, or a memtable's value.
+#[derive(Debug)]
+pub(crate) enum Found {
+    Tree(Entry),
+    Mem(Arc<[u8]>),
+}
 
 /// Bytes `Debug` prints of a key or a value before it elides the rest.
 const DEBUG_BYTES: usize = 64;

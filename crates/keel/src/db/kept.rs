@@ -10,7 +10,7 @@ use std::collections::VecDeque;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
 
-use super::store::lock;
+use super::sync::lock;
 
 /// A few emptied values of `T`, kept for the next to take.
 pub(crate) struct Kept<T> {

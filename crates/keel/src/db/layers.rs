@@ -17,9 +17,10 @@
 use std::ops::Bound;
 use std::sync::{Arc, Mutex};
 
+use super::item::Found;
 use super::record::Op;
-use super::store::lock;
-use crate::btree::{BtreeError, Change, Entry, Fork, PageCache, Tree, TreeMut};
+use super::sync::lock;
+use crate::btree::{BtreeError, Change, Fork, PageCache, Tree, TreeMut};
 use crate::journal::Lsn;
 use crate::memtable::{ChunkPool, MemRange, MemTable};
 
@@ -146,13 +147,6 @@ pub(crate) struct Base {
     /// The number of folds published since the store was opened: which
     /// tree this is (readers are counted by it, for page reuse).
     pub gen: u64,
-}
-
-/// A value found through a base: the tree's entry, or a memtable's value.
-#[derive(Debug)]
-pub(crate) enum Found {
-    Tree(Entry),
-    Mem(Arc<[u8]>),
 }
 
 impl Base {

@@ -32,8 +32,8 @@ use std::time::Duration;
 use super::error::{DbError, Result};
 use super::holder;
 use super::meta;
+use super::options::Options;
 use super::store::{self, Access, Shared, DATA_FILE, LOCK_FILE};
-use super::Options;
 use crate::io::{DurableMirror, NotLocked, OpenMode, OpenOptions, Vfs};
 use crate::journal::{Journal, Lsn};
 

@@ -227,6 +227,16 @@ pub(crate) struct Unapplied {
     spares: Kept<Blind>,
 }
 
+/// Runs published and not yet in the memtable past which a committer
+/// inserts the oldest itself before its own, unless the helper is at it
+/// (`Shared::write_then_publish_run`); twice as many, whoever is at it.
+///
+/// Why a share and not all of them: at 16, a committer finding them
+/// waiting inserted all 16 and more while the helper was late (~1 ms on
+/// its commit's path, 800 of 10,000 w3 commits inserted so in some runs),
+/// or waited for the helper's whole batch.
+pub(super) const MAX_UNAPPLIED_RUNS: usize = 32;
+
 /// Emptied blind transactions kept for reuse, at most, of any size (up
 /// to `Blind::clear_to_keep`'s bound).
 const KEEP_SPARES: usize = 8;
@@ -241,7 +251,7 @@ const KEEP_SPARES: usize = 8;
 /// by put, some into memory the process had not touched: 565 of 10,000 w3
 /// transactions in one run, 3 µs per transaction on the commit's path on
 /// average (perf, 2026-11-26).
-const KEEP_SMALL_SPARES: usize = 2 * super::combine::MAX_UNAPPLIED_RUNS + 8;
+const KEEP_SMALL_SPARES: usize = 2 * MAX_UNAPPLIED_RUNS + 8;
 
 /// See [`KEEP_SMALL_SPARES`]: 64 such spares hold at most 4 MiB.
 const SMALL_SPARE_BYTES: usize = 64 << 10;

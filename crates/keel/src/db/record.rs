@@ -7,7 +7,7 @@
 
 use std::sync::Arc;
 
-use super::read::PREFIX;
+use super::item::PREFIX;
 use crate::le::{get_u16, get_u32, put_u16, put_u32};
 
 /// The first byte of a transaction record.

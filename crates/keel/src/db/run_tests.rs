@@ -196,7 +196,7 @@ fn a_committer_past_the_bound_inserts_only_down_to_it() {
     w.open_table("t").unwrap().insert("seed", "0").unwrap();
     w.commit().unwrap();
     db.shared.faults.hold_runs.store(true, Relaxed);
-    let bound = super::combine::MAX_UNAPPLIED_RUNS as u64;
+    let bound = super::pending::MAX_UNAPPLIED_RUNS as u64;
     let commits = bound + 9;
     let mut model = BTreeMap::new();
     model.insert("seed".to_string(), "0".to_string());

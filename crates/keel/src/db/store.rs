@@ -10,7 +10,7 @@ use std::collections::BTreeSet;
 use std::panic::{self, AssertUnwindSafe};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::sync::{Arc, Condvar, Mutex};
 use std::time::Instant;
 
 use super::combine::Slot;
@@ -19,12 +19,13 @@ use super::freelist;
 use super::helper::Helper;
 use super::layers::{Base, Layer};
 use super::meta::{self, Meta, MetaError, PageRef};
+use super::options::{Durability, Options};
 use super::pending::Unapplied;
 use super::placement::{allowed_cpus, Placement};
 use super::record::{self, Op};
+use super::sync::lock;
 use super::txn::Record;
 use super::view::Published;
-use super::{Durability, Options};
 use crate::bell::Bell;
 use crate::btree::{
     Fork, Location, PageCache, PageNo, PageSize, Tree, FIRST_TREE_PAGE, MAX_PAGE_BYTES,
@@ -60,13 +61,6 @@ pub(crate) enum Access {
         /// The last LSN to replay.
         durable: Lsn,
     },
-}
-
-/// Recover from a poisoned mutex: every critical section here leaves its
-/// state consistent before anything can panic, and a panic elsewhere must
-/// not take the store down with it.
-pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 /// Commits of at least this many changes hand their record's write to the

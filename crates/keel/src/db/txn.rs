@@ -14,16 +14,16 @@ use std::thread::ThreadId;
 use std::time::Instant;
 
 use super::error::{DbError, Result};
-use super::holder::this_thread;
 use super::item::{Key, KeyValue, Value};
 use super::layers::{Base, Layer};
+use super::options::Durability;
 use super::read::{
     as_ref, check_name, collect_names, count, decode_id, full_key, max_key_bytes, prefix_bounds,
     table_bounds, Change, Changes, Iter, KeyRange, Overlay, CATALOG, PREFIX, TYPES,
 };
 use super::record::{self, Op, DELETE_FIXED_BYTES, DROP_BYTES, PUT_FIXED_BYTES, RECORD_TXN};
-use super::store::{lock, Shared, WriterState, KEEP_RECORD_BUF_BYTES};
-use super::Durability;
+use super::store::{Shared, WriterState, KEEP_RECORD_BUF_BYTES};
+use super::sync::{lock, this_thread};
 use crate::btree::MAX_VALUE_BYTES;
 use crate::journal::{CommitHandle, Journal, JournalError, Lsn};
 

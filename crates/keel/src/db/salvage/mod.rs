@@ -135,6 +135,25 @@ impl SalvageOptions {
 /// Entries walked between two progress reports.
 const PROGRESS_EVERY_ENTRIES: u64 = 10_000;
 
+impl Database {
+    /// Copy what a damaged store's files prove was committed into a new
+    /// store at `to` (a new or empty directory), and report what could
+    /// not be recovered. The store at `from` is only read (refused while
+    /// another process has it open). The new store holds the tree of the
+    /// meta page that, with the journal's consecutive records after its
+    /// checkpoint, reaches the highest LSN, every entry reachable through
+    /// pages that pass their checks, and those records applied in LSN
+    /// order up to the first gap. See `docs/store.md`, "A damaged store:
+    /// salvage".
+    pub fn salvage(
+        from: impl AsRef<Path>,
+        to: impl AsRef<Path>,
+        options: SalvageOptions,
+    ) -> Result<SalvageReport> {
+        run(from.as_ref(), to.as_ref(), options)
+    }
+}
+
 /// [`Database::salvage`].
 pub(super) fn run(from: &Path, to: &Path, options: SalvageOptions) -> Result<SalvageReport> {
     let vfs = Arc::clone(&options.vfs);

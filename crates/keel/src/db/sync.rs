@@ -1,0 +1,23 @@
+//! Locking and threads, for every file of the store: a mutex taken
+//! whatever a panic left it, and this thread's id.
+
+use std::sync::{Mutex, MutexGuard};
+use std::thread::ThreadId;
+
+/// Recover from a poisoned mutex: every critical section here leaves its
+/// state consistent before anything can panic, and a panic elsewhere must
+/// not take the store down with it.
+pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+thread_local! {
+    static THIS_THREAD: ThreadId = std::thread::current().id();
+}
+
+/// This thread's id; after the first call, a read of a thread-local.
+pub(crate) fn this_thread() -> ThreadId {
+    THIS_THREAD
+        .try_with(|t| *t)
+        .unwrap_or_else(|_| std::thread::current().id())
+}
