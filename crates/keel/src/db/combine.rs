@@ -41,14 +41,17 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Instant;
 
+use super::blind::Blind;
 use super::error::{DbError, Result};
 use super::kept::Kept;
 use super::options::Durability;
-use super::pending::{Run, MAX_UNAPPLIED_RUNS};
-use super::store::{OverlapCounters, Shared, WriterState, START_MIN_OPS};
+use super::pending::MAX_UNAPPLIED_RUNS;
+use super::run::Run;
+use super::store::{OverlapCounters, Shared, START_MIN_OPS};
 use super::sync::lock;
-use super::txn::{Active, Blind};
+use super::txn::Active;
 use super::view::Published;
+use super::writer::WriterState;
 use crate::bell::Bell;
 use crate::journal::{CommitHandle, JournalError, Lsn};
 
@@ -590,7 +593,12 @@ impl Shared {
         mut blind: Blind,
         record_buf: &mut Vec<u8>,
     ) -> Result<Option<(Prepared, std::result::Result<CommitHandle, JournalError>)>> {
-        if let Some(rec) = blind.encode_direct(self, w)? {
+        if let Some(rec) = blind.encode_direct(
+            &self.cache,
+            &self.path,
+            self.journal.options().max_record_bytes(),
+            w,
+        )? {
             let bytes = rec.len();
             let submitted = rec.submit(&self.journal);
             drop(rec);

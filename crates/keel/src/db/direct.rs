@@ -11,7 +11,8 @@
 //! nothing of the writer's state but the table ids and the memtable to
 //! insert into: the slot adds nothing to its correctness.
 //!
-//! What the slot still orders, a [`DirectGate`] keeps: whoever takes the
+//! What the slot still orders, a [`DirectGate`](super::gate::DirectGate)
+//! keeps: whoever takes the
 //! writer slot (a transaction that reads, a group's leader, a checkpoint)
 //! *closes* the gate first, which waits for the direct commits inside to
 //! finish their insert, so that the slot's holder sees every commit given
@@ -27,79 +28,15 @@
 //! and durable: `super::order`.
 
 use std::panic::{self, AssertUnwindSafe};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
-use crossbeam_utils::CachePadded;
-
+use super::blind::Blind;
 use super::error::{DbError, Result};
-use super::layers::Base;
 use super::options::Durability;
-use super::store::{Shared, WriterState, START_MIN_OPS};
+use super::store::{Shared, START_MIN_OPS};
 use super::sync::lock;
-use super::txn::Blind;
-use crate::journal::Lsn;
-use crate::stripe::{stripe, STRIPES};
-
-/// The gate direct commits go through (see the module doc).
-#[derive(Debug)]
-pub(crate) struct DirectGate {
-    cells: Box<[CachePadded<Mutex<Cell>>]>,
-}
-
-/// A stripe of the gate: open (what direct commits need) or closed.
-#[derive(Debug, Default)]
-struct Cell {
-    open: Option<Arc<Open>>,
-    /// The highest LSN a direct commit of this stripe was given.
-    last_lsn: Lsn,
-}
-
-/// What the writer slot's last holder left for direct commits.
-#[derive(Debug)]
-struct Open {
-    /// The writer's base: its active memtable is where commits go.
-    base: Arc<Base>,
-    /// Tables known to exist, by name.
-    ids: Vec<(Box<str>, u32)>,
-}
-
-impl Default for DirectGate {
-    fn default() -> Self {
-        DirectGate {
-            cells: (0..STRIPES)
-                .map(|_| CachePadded::new(Mutex::new(Cell::default())))
-                .collect(),
-        }
-    }
-}
-
-impl DirectGate {
-    /// Close the gate: no direct commit is inside when this returns (each
-    /// stripe's lock is taken once, after the one inside it left), and
-    /// none enters before [`DirectGate::open`]. Returns the highest LSN
-    /// direct commits were given.
-    pub(crate) fn close(&self) -> Lsn {
-        let mut last = 0;
-        for cell in self.cells.iter() {
-            let mut c = lock(cell);
-            c.open = None;
-            last = last.max(c.last_lsn);
-        }
-        last
-    }
-
-    /// Open the gate for commits into `w`'s memtable with `w`'s known
-    /// tables.
-    pub(crate) fn open(&self, w: &WriterState) {
-        let open = Arc::new(Open {
-            base: Arc::clone(&w.base),
-            ids: lock(&w.table_ids).clone(),
-        });
-        for cell in self.cells.iter() {
-            lock(cell).open = Some(Arc::clone(&open));
-        }
-    }
-}
+use super::writer::WriterState;
+use crate::stripe::stripe;
 
 impl Shared {
     /// Close the direct commits' gate for the writer slot's new holder,

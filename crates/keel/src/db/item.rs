@@ -7,13 +7,35 @@ use std::cmp::Ordering;
 use std::fmt;
 use std::hash::{Hash, Hasher};
 use std::ops::Deref;
+use std::path::Path;
 use std::sync::Arc;
 
+use super::error::{DbError, Result};
 use crate::btree::Entry;
 
 /// Bytes of a full key before the user's key: the table's id (4 bytes,
 /// big-endian).
 pub(super) const PREFIX: usize = 4;
+
+/// The catalog's table id (see `read.rs`).
+pub(super) const CATALOG: u32 = 0;
+
+/// The full key of `key` in table `id`.
+pub(super) fn full_key(id: u32, key: &[u8]) -> Vec<u8> {
+    let mut k = Vec::with_capacity(PREFIX + key.len());
+    k.extend_from_slice(&id.to_be_bytes());
+    k.extend_from_slice(key);
+    k
+}
+
+/// The table id a catalog entry's value holds.
+pub(super) fn decode_id(path: &Path, v: &[u8]) -> Result<u32> {
+    let b: [u8; 4] = v.try_into().map_err(|_| DbError::Corrupt {
+        path: path.to_path_buf(),
+        reason: "a catalog entry whose table id is not 4 bytes".into(),
+    })?;
+    Ok(u32::from_be_bytes(b))
+}
 
 /// A value found through a base: the tree's entry, or a memtable's value.
 #[derive(Debug)]

@@ -35,6 +35,7 @@
 #![deny(unsafe_code)]
 
 mod backup;
+mod blind;
 mod checkpoint;
 mod combine;
 mod direct;
@@ -42,6 +43,7 @@ mod error;
 mod freelist;
 #[doc(hidden)]
 pub mod fuzzing;
+mod gate;
 mod helper;
 mod holder;
 mod inspect;
@@ -57,12 +59,14 @@ mod pending;
 mod placement;
 mod read;
 mod record;
+mod run;
 mod salvage;
 mod store;
 mod sync;
 mod txn;
 mod typed;
 mod view;
+mod writer;
 
 use std::path::Path;
 use std::sync::atomic::Ordering;

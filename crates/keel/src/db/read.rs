@@ -19,18 +19,17 @@ use std::sync::Arc;
 use super::error::{DbError, Result};
 use super::item::{Key, KeyValue, Value};
 use super::layers::Base;
-use super::pending::Run;
+use super::run::Run;
 use super::store::Shared;
 use super::view::Lease;
 use crate::btree::{Entry, PageCache, Range};
 use crate::journal::Lsn;
 
-pub(super) use super::item::PREFIX;
+pub(super) use super::item::{decode_id, full_key, CATALOG, PREFIX};
 
 /// The longest table name, in bytes of UTF-8.
 pub const MAX_TABLE_NAME_BYTES: usize = 255;
 
-pub(super) const CATALOG: u32 = 0;
 /// The table of typed tables' key and value types (see `typed.rs`): an id
 /// no table is given (ids stop below it), so an older Keel, which knows
 /// nothing of it, never lists nor reads it.
@@ -38,13 +37,6 @@ pub(super) const TYPES: u32 = u32::MAX;
 
 pub(crate) fn max_key_bytes(s: &Shared) -> usize {
     s.page_size.max_key_bytes() - PREFIX
-}
-
-pub(super) fn full_key(id: u32, key: &[u8]) -> Vec<u8> {
-    let mut k = Vec::with_capacity(PREFIX + key.len());
-    k.extend_from_slice(&id.to_be_bytes());
-    k.extend_from_slice(key);
-    k
 }
 
 pub(super) fn check_name(name: &str) -> Result<()> {
@@ -59,14 +51,6 @@ pub(super) fn check_name(name: &str) -> Result<()> {
         name: name.into(),
         reason,
     })
-}
-
-pub(super) fn decode_id(path: &Path, v: &[u8]) -> Result<u32> {
-    let b: [u8; 4] = v.try_into().map_err(|_| DbError::Corrupt {
-        path: path.to_path_buf(),
-        reason: "a catalog entry whose table id is not 4 bytes".into(),
-    })?;
-    Ok(u32::from_be_bytes(b))
 }
 
 /// A range of keys, for `range` on a table: `..`, `a..b`, `a..=b`,

@@ -13,6 +13,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::Instant;
 
+use super::blind::Record;
 use super::combine::Slot;
 use super::error::{DbError, Result};
 use super::freelist;
@@ -24,8 +25,8 @@ use super::pending::Unapplied;
 use super::placement::{allowed_cpus, Placement};
 use super::record::{self, Op};
 use super::sync::lock;
-use super::txn::Record;
 use super::view::Published;
+use super::writer::WriterState;
 use crate::bell::Bell;
 use crate::btree::{
     Fork, Location, PageCache, PageNo, PageSize, Tree, FIRST_TREE_PAGE, MAX_PAGE_BYTES,
@@ -81,56 +82,6 @@ pub(super) const START_MIN_OPS: usize = 16;
 /// costs ~1 ms per MiB to fault in on these VMs, measured; in w3 a commit
 /// takes ~20 KiB).
 const PREPARE_AHEAD_BYTES: u64 = 8 << 20;
-
-/// What only the one writer touches: the base its commits go into (its
-/// active memtable holds every commit, perhaps not yet durable) and the
-/// LSN of the last one.
-#[derive(Debug)]
-pub(crate) struct WriterState {
-    pub base: Arc<Base>,
-    pub last_lsn: Lsn,
-    /// The buffer records are encoded into, kept between commits: a fresh
-    /// one per commit came from memory the allocator had not touched yet,
-    /// and the kernel zeroing it was a tenth of w1's time (perf,
-    /// 2026-11-23). See [`WriterState::recycle`].
-    pub record_buf: Vec<u8>,
-    /// Table ids blind transactions looked up in the catalog, kept while
-    /// only blind transactions straight from their puts commit (they never
-    /// change the catalog): [`WriterState::forget_table_ids`] before
-    /// applying anything else. Why: with 64 committers (w2) each record of
-    /// a group looked its table up again, a memtable search and three
-    /// allocations on the leader's serial path.
-    pub table_ids: Mutex<Vec<(Box<str>, u32)>>,
-}
-
-/// A record buffer larger than this is not kept for the next commit.
-pub(crate) const KEEP_RECORD_BUF_BYTES: usize = 1 << 20;
-
-impl WriterState {
-    pub(crate) fn new(base: Arc<Base>, last_lsn: Lsn) -> WriterState {
-        WriterState {
-            base,
-            last_lsn,
-            record_buf: Vec::new(),
-            table_ids: Mutex::new(Vec::new()),
-        }
-    }
-
-    /// Forget the table ids kept (see [`WriterState::table_ids`]): the
-    /// catalog may change.
-    pub(crate) fn forget_table_ids(&self) {
-        lock(&self.table_ids).clear();
-    }
-
-    /// Keep `buf` (emptied) for the next commit's record, unless a large
-    /// transaction grew it past [`KEEP_RECORD_BUF_BYTES`].
-    pub(crate) fn recycle(&mut self, mut buf: Vec<u8>) {
-        if buf.capacity() <= KEEP_RECORD_BUF_BYTES {
-            buf.clear();
-            self.record_buf = buf;
-        }
-    }
-}
 
 /// The data file's pages: the durable meta, which pages are free, and which
 /// were freed by commits but may not be reused yet.

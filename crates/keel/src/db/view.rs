@@ -5,13 +5,14 @@ use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 
-use super::direct::DirectGate;
 use super::error::{DbError, Result};
+use super::gate::DirectGate;
 use super::layers::{Base, Layer};
 use super::order::ApplyOrder;
-use super::pending::{Run, Runs};
-use super::store::{Shared, WriterState};
+use super::run::{Run, Runs};
+use super::store::Shared;
 use super::sync::lock;
+use super::writer::WriterState;
 use crate::journal::Lsn;
 use crate::stripe::{stripe, STRIPES};
 use crossbeam_utils::CachePadded;
