@@ -21,9 +21,9 @@ use std::path::Path;
 use std::sync::atomic::Ordering;
 
 use super::error::{DbError, Result};
+use super::files::DATA_FILE;
 use super::read::{ReadTxn, PREFIX};
 use super::record::PUT_FIXED_BYTES;
-use super::store::DATA_FILE;
 use super::{salvage, typed, Database, WriteTxn};
 use crate::io::{OpenMode, OpenOptions};
 use crate::journal::{JournalOptions, Lsn};

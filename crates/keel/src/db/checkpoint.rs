@@ -16,7 +16,7 @@ use super::freelist;
 use super::layers::{Base, Layer};
 use super::meta::{Meta, PageRef};
 use super::pagewrite::PageWriter;
-use super::store::{Shared, Space};
+use super::state::{Shared, Space};
 use super::sync::lock;
 use crate::btree::{detach_clean, reserve_pages, Fork, PageNo, Placed, Tree, TreeMut};
 use crate::io::SyncKind;
@@ -292,7 +292,7 @@ impl Shared {
     ) -> Result<()> {
         self.with_writer("a checkpoint", |w| {
             #[cfg(test)]
-            self.faults.checkpoint_step(super::store::CKPT_ADOPT);
+            self.faults.checkpoint_step(super::state::CKPT_ADOPT);
             let folded = w.base.folded(tree.clone());
             debug_assert_eq!(folded.gen, gen);
             self.set_base(w, folded);
@@ -338,7 +338,7 @@ impl Shared {
         run: &mut Writing<'_>,
     ) -> Result<()> {
         #[cfg(test)]
-        self.faults.checkpoint_step(super::store::CKPT_FOLD);
+        self.faults.checkpoint_step(super::state::CKPT_FOLD);
         let ps = self.page_size.bytes() as u64;
         let budget = self.options.fold_bytes.max(ps);
         // A node copied since the last part either had a page (reported
@@ -400,7 +400,7 @@ impl Shared {
     fn freeze(&self) -> Result<Option<(Lsn, Arc<Base>)>> {
         self.with_writer("a checkpoint", |w| {
             #[cfg(test)]
-            self.faults.checkpoint_step(super::store::CKPT_FREEZE);
+            self.faults.checkpoint_step(super::state::CKPT_FREEZE);
             self.wait_published(w.last_lsn)?;
             let lsn = w.last_lsn;
             if lsn == lock(&self.space).meta.checkpoint_lsn {

@@ -46,14 +46,27 @@ use super::error::{DbError, Result};
 use super::kept::Kept;
 use super::options::Durability;
 use super::pending::MAX_UNAPPLIED_RUNS;
+use super::published::Published;
 use super::run::Run;
-use super::store::{OverlapCounters, Shared, START_MIN_OPS};
+use super::state::{OverlapCounters, Shared};
 use super::sync::lock;
 use super::txn::Active;
-use super::view::Published;
 use super::writer::WriterState;
 use crate::bell::Bell;
 use crate::journal::{CommitHandle, JournalError, Lsn};
+
+/// Commits of at least this many changes hand their record's write to the
+/// journal's flusher thread before inserting them into the memtable, so
+/// that the apply overlaps the write; smaller ones apply first and then write the
+/// record themselves in `wait` (the journal's lone-committer path). Waking
+/// the flusher costs tens of µs on these VMs (an idle vCPU halts and needs
+/// an interrupt from the hypervisor), more than a small apply takes: with
+/// the hand-off on every commit, w1 (one 16 KiB put per commit) ran at
+/// 0.69x the journal alone, the committer itself writing the batch in 775
+/// of 2,000 commits because the flusher had not yet run (perf sched,
+/// 2026-11-23, when a change cost about 3 µs to apply to the tree; into
+/// the memtable it costs about 1 µs at a million keys).
+pub(super) const START_MIN_OPS: usize = 16;
 
 /// Bells queued committers sleep on ([`Bell`]): those queued between two
 /// takings of the queue share one, `generation % BELLS`, so that one
@@ -753,7 +766,7 @@ impl Shared {
                     // memtable lacks it, so no writer may go on.
                     published.set_poison(&format!(
                         "inserting a commit into the memtable panicked: {}",
-                        super::store::panic_message(p.as_ref())
+                        super::sync::panic_message(p.as_ref())
                     ));
                 }
             });

@@ -31,9 +31,10 @@ use std::panic::{self, AssertUnwindSafe};
 use std::sync::Arc;
 
 use super::blind::Blind;
+use super::combine::START_MIN_OPS;
 use super::error::{DbError, Result};
 use super::options::Durability;
-use super::store::{Shared, START_MIN_OPS};
+use super::state::Shared;
 use super::sync::lock;
 use super::writer::WriterState;
 use crate::stripe::stripe;

@@ -30,7 +30,8 @@ use std::sync::{Arc, Mutex, Weak};
 
 use super::combine::Slot;
 use super::error::{DbError, LockHolder, Result};
-use super::store::Shared;
+use super::files::LOCK_FILE;
+use super::state::Shared;
 use super::sync::{lock, this_thread};
 use crate::io::{IoError, LockGuard, OpenMode, OpenOptions, Vfs, VfsFile};
 
@@ -142,7 +143,7 @@ pub(crate) fn try_lock_store(vfs: &dyn Vfs, dir: &Path) -> Result<Box<dyn LockGu
 }
 
 fn lock_store_with(vfs: &dyn Vfs, dir: &Path, retry: bool) -> Result<Box<dyn LockGuard>> {
-    let path = dir.join(super::LOCK_FILE);
+    let path = dir.join(LOCK_FILE);
     let taken = match retry {
         true => vfs.lock(&path),
         false => vfs.try_lock(&path),
@@ -200,7 +201,7 @@ fn holder_of(vfs: &dyn Vfs, dir: &Path) -> LockHolder {
             read_transactions: begun.saturating_sub(ended) as usize,
         };
     }
-    match lock_file_pid(vfs, &dir.join(super::LOCK_FILE)) {
+    match lock_file_pid(vfs, &dir.join(LOCK_FILE)) {
         Some(pid) if pid == std::process::id() => LockHolder::ThisProcess,
         pid => LockHolder::OtherProcess {
             pid: pid.filter(|&p| process_exists(p)),

@@ -6,7 +6,8 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use super::error::Result;
-use super::store::{corrupt, read_freelist, Shared};
+use super::state::Shared;
+use super::store::{corrupt, read_freelist};
 use super::sync::lock;
 use crate::btree::{check_tree, Location, PageCache, PageNo, Tree, TreeStats, FIRST_TREE_PAGE};
 

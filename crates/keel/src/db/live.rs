@@ -30,10 +30,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::error::{DbError, Result};
+use super::files::{DATA_FILE, LOCK_FILE};
 use super::holder;
 use super::meta;
 use super::options::Options;
-use super::store::{self, Access, Shared, DATA_FILE, LOCK_FILE};
+use super::state::{Access, Shared};
 use crate::io::{DurableMirror, NotLocked, OpenMode, OpenOptions, Vfs};
 use crate::journal::{Journal, Lsn};
 
@@ -131,7 +132,7 @@ pub(crate) fn newest_generation(vfs: &dyn Vfs, dir: &Path) -> Option<u64> {
             OpenOptions::new(OpenMode::Buffered).read_only(true),
         )
         .ok()?;
-    let (a, b) = store::read_metas(data.as_ref()).ok()?;
+    let (a, b) = meta::read_metas(data.as_ref()).ok()?;
     meta::choose(&a, &b).ok().map(|(m, _)| m.generation)
 }
 

@@ -7,7 +7,9 @@
 //! with the highest generation. `docs/format.md` ("Meta pages (pages 0
 //! and 1)") is the specification; offsets here derive from each other.
 
-use crate::btree::{PageSize, PAGE_TYPE_META};
+use super::error::Result;
+use crate::btree::{PageSize, MAX_PAGE_BYTES, MIN_PAGE_BYTES, PAGE_TYPE_META};
+use crate::io::VfsFile;
 use crate::le::{get_u32, get_u64, put_u32, put_u64};
 use thiserror::Error;
 
@@ -190,6 +192,47 @@ pub fn choose(slot0: &[u8], slot1: &[u8]) -> Result<(Meta, Option<MetaError>), [
         (Ok(a), Err(e)) | (Err(e), Ok(a)) => Ok((a, Some(e))),
         (Err(a), Err(b)) => Err([a, b]),
     }
+}
+
+/// The two meta slots' bytes. Slot 1 is page 1, whose offset is the page
+/// size, which the meta itself states: take it from slot 0, or, when slot
+/// 0 is not valid, try every page size for a slot 1 that states its own
+/// offset.
+pub(crate) fn read_metas(data: &dyn VfsFile) -> Result<(Vec<u8>, Vec<u8>)> {
+    let len = data.len()?;
+    let read = |at: u64| -> Result<Vec<u8>> {
+        let mut b = vec![0u8; META_BYTES];
+        if at + b.len() as u64 <= len {
+            data.read_exact_at(&mut b, at)?;
+        }
+        Ok(b)
+    };
+    let slot0 = read(0)?;
+    let sizes: Vec<u64> = match Meta::decode(&slot0) {
+        Ok(m) => vec![m.page_size as u64],
+        Err(_) => {
+            let mut v = Vec::new();
+            let mut s = MIN_PAGE_BYTES as u64;
+            while s <= MAX_PAGE_BYTES as u64 {
+                v.push(s);
+                s *= 2;
+            }
+            v
+        }
+    };
+    let mut slot1 = None;
+    for &size in &sizes {
+        let b = read(size)?;
+        if Meta::decode(&b).is_ok_and(|m| m.page_size as u64 == size) {
+            slot1 = Some(b);
+            break;
+        }
+    }
+    let slot1 = match slot1 {
+        Some(b) => b,
+        None => read(sizes[0])?,
+    };
+    Ok((slot0, slot1))
 }
 
 #[cfg(test)]

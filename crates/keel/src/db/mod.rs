@@ -40,6 +40,7 @@ mod checkpoint;
 mod combine;
 mod direct;
 mod error;
+mod files;
 mod freelist;
 #[doc(hidden)]
 pub mod fuzzing;
@@ -57,10 +58,12 @@ mod order;
 mod pagewrite;
 mod pending;
 mod placement;
+mod published;
 mod read;
 mod record;
 mod run;
 mod salvage;
+mod state;
 mod store;
 mod sync;
 mod txn;
@@ -78,6 +81,7 @@ pub use backup::{
     BackupProgress, BackupReport, BulkStats, BulkWriter, BULK_TXN_BYTES, BULK_TXN_ENTRIES,
 };
 pub use error::{DbError, LockHolder, Result};
+pub use files::{CLEAN_FILE, DATA_FILE, JOURNAL_DIR, LOCK_FILE};
 pub use item::{Key, KeyValue, Value};
 pub use live::{LIVE_ATTEMPTS, LIVE_FILE};
 pub use options::{Durability, Options};
@@ -87,7 +91,6 @@ pub use salvage::{
     JournalNote, JournalStop, LostChange, LostChangeKind, MetaChoice, RenamedTable, SalvageMeta,
     SalvageOptions, SalvageProgress, SalvageProgressFn, SalvageReport, UnreachableRange,
 };
-pub use store::{CLEAN_FILE, DATA_FILE, JOURNAL_DIR, LOCK_FILE};
 pub use txn::{TableMut, WriteTxn};
 pub use typed::{
     DecodeError, KeyCodec, TableDefinition, TypedIter, TypedTable, TypedTableMut, ValueCodec,
@@ -96,7 +99,7 @@ pub use typed::{
 use crate::btree::{CacheStats, PageSize};
 use crate::io::Vfs;
 use crate::journal::{JournalOptions, JournalStats, Lsn};
-use store::Shared;
+use state::Shared;
 
 /// The most nice levels [`Options::background_nice`] takes (from 0, the
 /// highest, to 19, the lowest).

@@ -28,8 +28,8 @@ use std::time::Instant;
 use super::blind::Blind;
 use super::kept::Kept;
 use super::layers::Layer;
+use super::published::Published;
 use super::run::Run;
-use super::view::Published;
 
 /// The runs published and not yet inserted, oldest first, each with the
 /// memtable it goes into (the active one when it was committed: a freeze

@@ -20,8 +20,7 @@ use super::error::{DbError, Result};
 use super::item::{Key, KeyValue, Value};
 use super::layers::Base;
 use super::run::Run;
-use super::store::Shared;
-use super::view::Lease;
+use super::state::{Lease, Shared};
 use crate::btree::{Entry, PageCache, Range};
 use crate::journal::Lsn;
 
@@ -581,7 +580,7 @@ impl std::iter::FusedIterator for Iter<'_> {}
 /// meanwhile).
 pub struct ReadTxn {
     /// The snapshot: shared with the transactions this thread began since
-    /// the last publish (`super::view::Lease`).
+    /// the last publish (`super::state::Lease`).
     lease: Arc<Lease>,
 }
 

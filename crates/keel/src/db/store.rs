@@ -8,102 +8,36 @@
 use std::any::Any;
 use std::collections::BTreeSet;
 use std::panic::{self, AssertUnwindSafe};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::Instant;
 
 use super::blind::Record;
-use super::combine::Slot;
+use super::combine::{Slot, START_MIN_OPS};
 use super::error::{DbError, Result};
+use super::files::{CLEAN_FILE, DATA_FILE, JOURNAL_DIR};
 use super::freelist;
 use super::helper::Helper;
 use super::layers::{Base, Layer};
-use super::meta::{self, Meta, MetaError, PageRef};
+use super::meta::{self, read_metas, Meta, MetaError, PageRef};
 use super::options::{Durability, Options};
-use super::pending::Unapplied;
 use super::placement::{allowed_cpus, Placement};
+use super::published::Published;
 use super::record::{self, Op};
-use super::sync::lock;
-use super::view::Published;
+use super::state::{Access, CkptCtl, Counters, Shared, Space};
+use super::sync::{lock, panic_message};
 use super::writer::WriterState;
-use crate::bell::Bell;
-use crate::btree::{
-    Fork, Location, PageCache, PageNo, PageSize, Tree, FIRST_TREE_PAGE, MAX_PAGE_BYTES,
-    MIN_PAGE_BYTES,
-};
+use crate::btree::{Fork, Location, PageCache, PageNo, PageSize, Tree, FIRST_TREE_PAGE};
 use crate::io::{self, LockGuard, OpenMode, OpenOptions, SyncKind, Vfs, VfsFile};
 use crate::journal::{CommitHandle, Journal, JournalOptions, Lsn, RecoveryMode};
 use crate::memtable::ChunkPool;
-
-/// The data file's name inside the store directory.
-pub const DATA_FILE: &str = "data.keel";
-/// The journal directory's name inside the store directory.
-pub const JOURNAL_DIR: &str = "journal";
-/// The lock file's name inside the store directory.
-pub const LOCK_FILE: &str = "LOCK";
-/// The file a close that made everything durable leaves: the next open
-/// keeps the data file's cached pages (see docs/format.md, "Recovery") and removes
-/// it, durably, before it writes anything.
-pub const CLEAN_FILE: &str = "CLEAN";
-
-/// How `Shared::recover` opens a store.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Access {
-    /// Writable, the store's lock held: recovery may write.
-    Write,
-    /// Read-only, the store's lock held: nothing is written.
-    ReadOnly,
-    /// Read-only beside a writer in another process (or `Database`),
-    /// without its lock (`live.rs`): nothing is written, the data file's
-    /// cached pages are kept, and the journal is replayed up to `durable`
-    /// (the LSN the writer published durable), not to its end.
-    Live {
-        /// The last LSN to replay.
-        durable: Lsn,
-    },
-}
-
-/// Commits of at least this many changes hand their record's write to the
-/// journal's flusher thread before inserting them into the memtable, so
-/// that the apply overlaps the write; smaller ones apply first and then write the
-/// record themselves in `wait` (the journal's lone-committer path). Waking
-/// the flusher costs tens of µs on these VMs (an idle vCPU halts and needs
-/// an interrupt from the hypervisor), more than a small apply takes: with
-/// the hand-off on every commit, w1 (one 16 KiB put per commit) ran at
-/// 0.69x the journal alone, the committer itself writing the batch in 775
-/// of 2,000 commits because the flusher had not yet run (perf sched,
-/// 2026-11-23, when a change cost about 3 µs to apply to the tree; into
-/// the memtable it costs about 1 µs at a million keys).
-pub(super) const START_MIN_OPS: usize = 16;
 
 /// Free memtable memory the helper keeps faulted in ahead of the writer
 /// (see `crate::memtable`: memory the process has not touched before
 /// costs ~1 ms per MiB to fault in on these VMs, measured; in w3 a commit
 /// takes ~20 KiB).
 const PREPARE_AHEAD_BYTES: u64 = 8 << 20;
-
-/// The data file's pages: the durable meta, which pages are free, and which
-/// were freed by commits but may not be reused yet.
-#[derive(Debug)]
-pub(super) struct Space {
-    pub(super) meta: Meta,
-    /// Pages holding the durable meta's free list.
-    pub(super) freelist_pages: Vec<PageNo>,
-    /// Pages that no durable meta and no reader can reach: reusable now.
-    pub(super) free: BTreeSet<PageNo>,
-    /// Pages the fold that made the tree of the generation beside them
-    /// freed: the durable meta (of an older generation) or a reader of an
-    /// older tree may still reach them.
-    pub(super) pending: Vec<(u64, PageNo)>,
-    /// The generation of the tree the durable meta page holds.
-    pub(super) durable_gen: u64,
-    /// By page number, for the pages checkpoints wrote since open: the
-    /// generation of the tree that first held the node (or value) in it.
-    /// A reader of an older tree never sees the page. 0 (and pages past
-    /// the end): written before open, seen by every reader.
-    pub(super) born_after: Vec<u64>,
-}
 
 impl Space {
     /// The pages of the data file as `meta` leaves them: its free list
@@ -137,174 +71,6 @@ impl Space {
             born_after: Vec::new(),
         })
     }
-
-    pub(super) fn born_after(&self, page: PageNo) -> u64 {
-        usize::try_from(page)
-            .ok()
-            .and_then(|p| self.born_after.get(p))
-            .copied()
-            .unwrap_or(0)
-    }
-
-    pub(super) fn set_born_after(&mut self, page: PageNo, gen: u64) {
-        let p = usize::try_from(page).expect("page numbers fit in memory");
-        if self.born_after.len() <= p {
-            self.born_after.resize(p + 1, 0);
-        }
-        self.born_after[p] = gen;
-    }
-}
-
-/// Checkpointer control.
-#[derive(Debug, Default)]
-pub(super) struct CkptCtl {
-    pub(super) stop: bool,
-    pub(super) requested: bool,
-}
-
-/// Counters for `stats`.
-#[derive(Debug, Default)]
-pub(crate) struct Counters {
-    /// Read transactions expired by `reader_pinned_bytes`.
-    pub snapshots_expired: AtomicU64,
-    pub checkpoints: AtomicU64,
-    pub checkpoint_pages: AtomicU64,
-    pub checkpoint_us: AtomicU64,
-    /// Parts checkpoints wrote before their last (`Options::fold_bytes`).
-    pub fold_parts: AtomicU64,
-    pub commits: AtomicU64,
-    pub groups: AtomicU64,
-    pub grouped_commits: AtomicU64,
-    /// Blind commits made without the writer slot (`super::direct`),
-    /// counted per thread.
-    pub direct_commits: crate::stripe::Striped<1>,
-    /// Nanoseconds commits held the writer slot inside `commit`.
-    pub commit_writer_ns: AtomicU64,
-    pub overlap: OverlapCounters,
-}
-
-/// Lone large commits whose journal write (on the committer) and apply
-/// (on the helper) ran side by side: see `Stats::overlapped_commits`.
-#[derive(Debug, Default)]
-pub(crate) struct OverlapCounters {
-    pub commits: AtomicU64,
-    pub write_ns: AtomicU64,
-    pub apply_ns: AtomicU64,
-    pub slow_writes: AtomicU64,
-    pub slow_applies: AtomicU64,
-    pub applied_after_write: AtomicU64,
-}
-
-pub(crate) struct Shared {
-    pub path: PathBuf,
-    pub options: Options,
-    /// Opened with `Database::open_read_only`: nothing is written, every
-    /// write transaction and checkpoint is refused.
-    pub read_only: bool,
-    pub page_size: PageSize,
-    pub data: Arc<dyn VfsFile>,
-    pub cache: PageCache,
-    pub journal: Journal,
-    /// The writer's state, taken by a write transaction (or a checkpoint)
-    /// for its whole life: `None` while taken.
-    pub(super) writer: Mutex<Slot>,
-    pub(super) writer_cv: Condvar,
-    /// What queued blind commits sleep on (`combine`).
-    pub(super) bells: Arc<[Bell]>,
-    /// Vectors kept between groups of commits (`combine`).
-    pub(super) group_spares: Arc<super::combine::GroupSpares>,
-    /// What readers see, and the poison: shared with journal callbacks
-    /// (which must not hold the store itself: the last reference dropped
-    /// on a journal thread would join that thread).
-    pub(super) published: Arc<Published>,
-    /// Each thread stripe's lease of the published snapshot
-    /// (`Shared::lease`).
-    pub(super) leases: super::view::Leases,
-    /// Read transactions begun and ended (counted per thread: see
-    /// `crate::stripe`); their difference is how many live.
-    pub(super) read_txns: crate::stripe::Striped<2>,
-    pub(super) space: Mutex<Space>,
-    /// One checkpoint at a time.
-    pub(super) ckpt_run: Mutex<()>,
-    pub(super) ckpt: Mutex<CkptCtl>,
-    pub(super) ckpt_cv: Condvar,
-    /// Record bytes committed since the last checkpoint started.
-    pub bytes_since_checkpoint: AtomicU64,
-    /// Bytes the memtables hold, as of the last commit or checkpoint (see
-    /// `Options::checkpoint_dirty_bytes`).
-    pub dirty_bytes: AtomicU64,
-    pub counters: Counters,
-    /// A second thread for large folds and for freeing replaced bases
-    /// (none if it could not be started).
-    pub(crate) helper: Option<Helper>,
-    /// The CPUs the helper and the checkpointer run on.
-    pub(crate) placement: Placement,
-    /// Durable commits published as runs, not yet in the memtable
-    /// (`super::pending`).
-    pub(super) unapplied: Arc<Unapplied>,
-    /// Faults tests inject into the commit path.
-    #[cfg(test)]
-    pub(crate) faults: TestFaults,
-    _lock: Box<dyn LockGuard>,
-}
-
-/// Faults tests inject into the commit path.
-#[cfg(test)]
-#[derive(Debug, Default)]
-pub(crate) struct TestFaults {
-    /// The next commit's apply panics.
-    pub panic_in_apply: std::sync::atomic::AtomicBool,
-    /// Runs published by lone commits are left for writers to insert (the
-    /// helper is not asked to).
-    pub hold_runs: std::sync::atomic::AtomicBool,
-    /// The next group told its results panics first.
-    pub panic_in_settle: std::sync::atomic::AtomicBool,
-    /// Blind commits are queued for the writer slot, never made directly
-    /// (`super::direct`): for tests of the groups.
-    pub no_direct: std::sync::atomic::AtomicBool,
-    /// The next direct commit sleeps this long (ms) between getting its
-    /// LSN and inserting its puts.
-    pub direct_apply_delay_ms: AtomicU64,
-    /// The next checkpoint panics at this step (`CKPT_*`; 0: none).
-    pub panic_in_checkpoint: std::sync::atomic::AtomicU8,
-}
-
-#[cfg(test)]
-impl TestFaults {
-    /// Panic if a checkpoint panic was asked for at `step`.
-    pub(crate) fn checkpoint_step(&self, step: u8) {
-        if self
-            .panic_in_checkpoint
-            .compare_exchange(step, 0, Ordering::Relaxed, Ordering::Relaxed)
-            .is_ok()
-        {
-            panic!("injected: the checkpoint failed");
-        }
-    }
-}
-
-/// Checkpoint steps a test can make panic: freezing the memtable (under
-/// the writer slot), folding (without it), adopting the folded tree
-/// (under it).
-#[cfg(test)]
-pub(crate) const CKPT_FREEZE: u8 = 1;
-#[cfg(test)]
-pub(crate) const CKPT_FOLD: u8 = 2;
-#[cfg(test)]
-pub(crate) const CKPT_ADOPT: u8 = 3;
-
-impl std::fmt::Debug for Shared {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Store").field("path", &self.path).finish()
-    }
-}
-
-/// What a panic said, or "a panic".
-pub(crate) fn panic_message(p: &(dyn Any + Send)) -> &str {
-    p.downcast_ref::<&str>()
-        .copied()
-        .or_else(|| p.downcast_ref::<String>().map(String::as_str))
-        .unwrap_or("a panic")
 }
 
 fn not_a_store(path: &Path, reason: impl Into<String>) -> DbError {
@@ -351,47 +117,6 @@ fn journal_options(options: &Options, needed_from: Lsn) -> JournalOptions {
         needed_from,
         ..options.journal.clone()
     }
-}
-
-/// The two meta slots' bytes. Slot 1 is page 1, whose offset is the page
-/// size, which the meta itself states: take it from slot 0, or, when slot
-/// 0 is not valid, try every page size for a slot 1 that states its own
-/// offset.
-pub(super) fn read_metas(data: &dyn VfsFile) -> Result<(Vec<u8>, Vec<u8>)> {
-    let len = data.len()?;
-    let read = |at: u64| -> Result<Vec<u8>> {
-        let mut b = vec![0u8; meta::META_BYTES];
-        if at + b.len() as u64 <= len {
-            data.read_exact_at(&mut b, at)?;
-        }
-        Ok(b)
-    };
-    let slot0 = read(0)?;
-    let sizes: Vec<u64> = match Meta::decode(&slot0) {
-        Ok(m) => vec![m.page_size as u64],
-        Err(_) => {
-            let mut v = Vec::new();
-            let mut s = MIN_PAGE_BYTES as u64;
-            while s <= MAX_PAGE_BYTES as u64 {
-                v.push(s);
-                s *= 2;
-            }
-            v
-        }
-    };
-    let mut slot1 = None;
-    for &size in &sizes {
-        let b = read(size)?;
-        if Meta::decode(&b).is_ok_and(|m| m.page_size as u64 == size) {
-            slot1 = Some(b);
-            break;
-        }
-    }
-    let slot1 = match slot1 {
-        Some(b) => b,
-        None => read(sizes[0])?,
-    };
-    Ok((slot0, slot1))
 }
 
 /// Whether the directory holds a store whose creation finished.
@@ -667,7 +392,7 @@ impl Shared {
             bells: super::combine::bells(),
             group_spares: Arc::default(),
             published: Arc::new(Published::new(Arc::clone(&base), meta.checkpoint_lsn)),
-            leases: super::view::leases(),
+            leases: super::state::leases(),
             read_txns: Default::default(),
             space: Mutex::new(space),
             ckpt_run: Mutex::new(()),
@@ -681,7 +406,7 @@ impl Shared {
             unapplied: Arc::default(),
             options,
             #[cfg(test)]
-            faults: TestFaults::default(),
+            faults: super::state::TestFaults::default(),
             _lock: guard,
         };
         let upto = match access {

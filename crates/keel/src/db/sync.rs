@@ -1,6 +1,7 @@
-//! Locking and threads, for every file of the store: a mutex taken
-//! whatever a panic left it, and this thread's id.
+//! Locking, threads and panics, for every file of the store: a mutex
+//! taken whatever a panic left it, this thread's id, what a panic said.
 
+use std::any::Any;
 use std::sync::{Mutex, MutexGuard};
 use std::thread::ThreadId;
 
@@ -20,4 +21,12 @@ pub(crate) fn this_thread() -> ThreadId {
     THIS_THREAD
         .try_with(|t| *t)
         .unwrap_or_else(|_| std::thread::current().id())
+}
+
+/// What a panic said, or "a panic".
+pub(crate) fn panic_message(p: &(dyn Any + Send)) -> &str {
+    p.downcast_ref::<&str>()
+        .copied()
+        .or_else(|| p.downcast_ref::<String>().map(String::as_str))
+        .unwrap_or("a panic")
 }

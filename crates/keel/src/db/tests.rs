@@ -1013,7 +1013,7 @@ fn close_cut_and_check(vfs: &Arc<SimVfs>, db: Arc<Database>, acked: &[String]) -
 /// commit.
 #[test]
 fn a_panic_in_a_checkpoint_poisons_the_store_instead_of_hanging_it() {
-    use super::store::{CKPT_ADOPT, CKPT_FOLD, CKPT_FREEZE};
+    use super::state::{CKPT_ADOPT, CKPT_FOLD, CKPT_FREEZE};
     for step in [CKPT_FREEZE, CKPT_FOLD, CKPT_ADOPT] {
         for background in [false, true] {
             let vfs = SimVfs::new(12);

@@ -23,7 +23,7 @@ use super::read::{
     table_bounds, Change, Changes, Iter, KeyRange, Overlay, CATALOG, PREFIX, TYPES,
 };
 use super::record::{self, Op, DELETE_FIXED_BYTES, DROP_BYTES, PUT_FIXED_BYTES, RECORD_TXN};
-use super::store::Shared;
+use super::state::Shared;
 use super::sync::this_thread;
 use super::writer::{WriterState, KEEP_RECORD_BUF_BYTES};
 use crate::btree::MAX_VALUE_BYTES;

@@ -1,45 +1,20 @@
 //! What readers see: the published base and LSN, the read transactions
-//! holding older bases, and when those expire (`SnapshotTooOld`).
+//! holding older bases, and when those expire (`SnapshotTooOld`). The
+//! view itself is in `published.rs`; here, the store's work on it.
 
-use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
 
 use super::error::{DbError, Result};
-use super::gate::DirectGate;
 use super::layers::{Base, Layer};
-use super::order::ApplyOrder;
-use super::run::{Run, Runs};
-use super::store::Shared;
+use super::run::Runs;
+use super::state::{Lease, Shared};
 use super::sync::lock;
 use super::writer::WriterState;
 use crate::journal::Lsn;
-use crate::stripe::{stripe, STRIPES};
-use crossbeam_utils::CachePadded;
+use crate::stripe::stripe;
 
-/// What readers see: the newest base at the highest durable LSN, and how
-/// many readers hold each base's tree (by [`Base::gen`]).
-#[derive(Debug)]
-pub(super) struct View {
-    pub base: Arc<Base>,
-    pub lsn: Lsn,
-    pub readers: BTreeMap<u64, usize>,
-    /// Durable commits published before their changes are in the active
-    /// memtable, oldest first (`None`: none). See `super::pending`.
-    pub runs: Option<Runs>,
-    /// The list `runs` last emptied into, kept for the next publish (no
-    /// reader holds it: it is never shown).
-    spare_runs: Option<Runs>,
-    /// Threads in `wait_published` (a publish notifies only then: a
-    /// notify nobody waits for is still a futex call, once per commit).
-    lsn_waiters: usize,
-    /// Memtables that folds replaced while readers still held them: the
-    /// generation `g` of the fold that replaced each (readers of a base
-    /// older than `g` hold it) and its bytes. See [`Shared::retire`].
-    retired: Vec<(u64, u64)>,
-}
-
-/// Bytes of the `retired` memtables (see [`View::retired`]) that the
+/// Bytes of the `retired` memtables (see `View::retired`) that the
 /// readers of generation `gen` and newer keep alive.
 fn pinned_from(retired: &[(u64, u64)], gen: u64) -> u64 {
     retired
@@ -47,197 +22,6 @@ fn pinned_from(retired: &[(u64, u64)], gen: u64) -> u64 {
         .filter(|&&(g, _)| gen < g)
         .map(|&(_, bytes)| bytes)
         .sum()
-}
-
-/// A published snapshot held for read transactions: the ones a thread
-/// begins while nothing new is published share one, so beginning one
-/// writes only to this thread's stripe and to the lease's count (which
-/// only this thread's transactions change). Registered as a reader of its
-/// base's generation from its making until its last holder drops it.
-pub(crate) struct Lease {
-    pub shared: Arc<Shared>,
-    pub base: Arc<Base>,
-    pub lsn: Lsn,
-    /// Commits at or below `lsn` not yet in `base`'s memtable when the
-    /// lease was made, oldest first (`super::pending`).
-    pub runs: Option<Runs>,
-    version: u64,
-}
-
-impl std::fmt::Debug for Lease {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Snapshot")
-            .field("lsn", &self.lsn)
-            .finish_non_exhaustive()
-    }
-}
-
-impl Drop for Lease {
-    fn drop(&mut self) {
-        self.shared.unpin(self.base.gen);
-    }
-}
-
-/// The stripes' leases (see [`Shared::lease`]).
-pub(crate) type Leases = Box<[CachePadded<Mutex<Option<Arc<Lease>>>>]>;
-
-/// Empty stripes.
-pub(crate) fn leases() -> Leases {
-    (0..STRIPES)
-        .map(|_| CachePadded::new(Mutex::new(None)))
-        .collect()
-}
-
-/// The published view and the poison.
-#[derive(Debug)]
-pub(super) struct Published {
-    pub view: Mutex<View>,
-    /// Read transactions on a base of a generation below this one have
-    /// expired ([`DbError::SnapshotTooOld`]).
-    expired_below: AtomicU64,
-    /// Bumped (under the view's lock, release) by every change to the
-    /// view a reader takes: a [`Lease`] made at version `v` is the
-    /// published snapshot while this still reads `v`.
-    version: AtomicU64,
-    view_cv: Condvar,
-    /// `view.lsn` as last published through [`Published::publish_to`],
-    /// read without the lock: at most `view.lsn`.
-    lsn_now: AtomicU64,
-    /// Which LSNs are applied and durable: what may be published.
-    pub order: ApplyOrder,
-    /// The gate of commits made without the writer slot.
-    pub direct: DirectGate,
-    pub poison: Mutex<Option<Arc<str>>>,
-    /// Set with `poison` (read without its lock).
-    poisoned: AtomicBool,
-    /// The next publish panics (a test's injected bug).
-    #[cfg(test)]
-    pub panic_in_publish: std::sync::atomic::AtomicBool,
-}
-
-impl Published {
-    pub(super) fn new(base: Arc<Base>, lsn: Lsn) -> Published {
-        Published {
-            view: Mutex::new(View {
-                base,
-                lsn,
-                readers: BTreeMap::new(),
-                runs: None,
-                spare_runs: None,
-                lsn_waiters: 0,
-                retired: Vec::new(),
-            }),
-            expired_below: AtomicU64::new(0),
-            version: AtomicU64::new(0),
-            view_cv: Condvar::new(),
-            lsn_now: AtomicU64::new(lsn),
-            order: ApplyOrder::default(),
-            direct: DirectGate::default(),
-            poison: Mutex::new(None),
-            poisoned: AtomicBool::new(false),
-            #[cfg(test)]
-            panic_in_publish: std::sync::atomic::AtomicBool::new(false),
-        }
-    }
-
-    /// `lsn` (and every LSN before it) is durable: publish what that
-    /// allows ([`Published::publish_to`]).
-    pub(super) fn publish(&self, lsn: Lsn) {
-        #[cfg(test)]
-        if self.panic_in_publish.swap(false, Ordering::Relaxed) {
-            panic!("injected: the publish failed");
-        }
-        self.publish_to(self.order.durable(lsn));
-    }
-
-    /// Make the state after `lsn` what new readers see, unless a later
-    /// state is already published: committers may wake out of order, and
-    /// the published LSN never moves back. `lsn` must be durable and
-    /// applied, with every LSN below it (what [`ApplyOrder`] returns).
-    pub(super) fn publish_to(&self, lsn: Lsn) {
-        if lsn <= self.lsn_now.load(Ordering::Acquire) {
-            return;
-        }
-        let mut v = lock(&self.view);
-        if lsn > v.lsn {
-            v.lsn = lsn;
-            self.lsn_now.store(lsn, Ordering::Release);
-            self.changed();
-        }
-        let wake = v.lsn_waiters > 0;
-        drop(v);
-        if wake {
-            self.view_cv.notify_all();
-        }
-    }
-
-    /// Publish `run` (durable) and its LSN together: new readers search it
-    /// above the memtable until [`Published::unpublish_run`].
-    pub(super) fn publish_run(&self, run: Arc<Run>) {
-        let mut v = lock(&self.view);
-        if v.runs.is_none() {
-            v.runs = Some(v.spare_runs.take().unwrap_or_default());
-        }
-        let runs = v.runs.as_mut().expect("set above");
-        // Copy on write: the list changes in place unless a reader holds
-        // it (readers take it under this lock). A new list and a clone of
-        // every run in it on each commit cost the committer an allocation
-        // and a cache line from the helper's vCPU per run.
-        Arc::make_mut(runs).push(Arc::clone(&run));
-        // Every commit before it was applied by the writer slot's holder,
-        // which this run's committer is (and no direct commit runs
-        // meanwhile): it is published now.
-        self.order.durable(run.lsn);
-        let publishable = self.order.complete(run.lsn);
-        debug_assert_eq!(publishable, run.lsn, "a run published out of order");
-        v.lsn = v.lsn.max(run.lsn);
-        self.lsn_now.store(v.lsn, Ordering::Release);
-        self.changed();
-        let wake = v.lsn_waiters > 0;
-        drop(v);
-        if wake {
-            self.view_cv.notify_all();
-        }
-    }
-
-    /// Stop showing the run of `lsn` to new readers: its changes are in
-    /// the memtable now.
-    pub(super) fn unpublish_run(&self, lsn: Lsn) {
-        let mut v = lock(&self.view);
-        let Some(runs) = v.runs.as_mut() else { return };
-        // As in `publish_run`; once empty, the list goes (readers see
-        // `None`) and is kept for the next publish: no reader holds it
-        // after `make_mut`.
-        Arc::make_mut(runs).retain(|r| r.lsn != lsn);
-        if runs.is_empty() {
-            v.spare_runs = v.runs.take();
-        }
-        self.changed();
-    }
-
-    /// Note a change to the view (under its lock).
-    fn changed(&self) {
-        self.version.fetch_add(1, Ordering::Release);
-    }
-
-    /// Whether the store is poisoned (without the poison's lock).
-    pub(super) fn is_poisoned(&self) -> bool {
-        self.poisoned.load(Ordering::Acquire)
-    }
-
-    /// Record the first failure; close the direct commits' gate; wake
-    /// whoever waits for publication.
-    pub(super) fn set_poison(&self, why: &str) -> Arc<str> {
-        let why: Arc<str> = {
-            let mut p = lock(&self.poison);
-            Arc::clone(p.get_or_insert_with(|| why.into()))
-        };
-        self.poisoned.store(true, Ordering::Release);
-        self.direct.close();
-        drop(lock(&self.view));
-        self.view_cv.notify_all();
-        why
-    }
 }
 
 impl Shared {

@@ -34,8 +34,8 @@ pub use report::{
 };
 
 use super::error::{DbError, Result};
+use super::files::JOURNAL_DIR;
 use super::record;
-use super::store::JOURNAL_DIR;
 use super::Database;
 use crate::btree::{Location, PageSize};
 use crate::io::{RealVfs, Vfs};

@@ -6,8 +6,8 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use super::super::error::{DbError, Result};
+use super::super::files::{DATA_FILE, LOCK_FILE};
 use super::super::meta::{Meta, MetaError, META_BYTES};
-use super::super::store::{DATA_FILE, LOCK_FILE};
 use crate::btree::{MAX_PAGE_BYTES, MIN_PAGE_BYTES};
 use crate::io::{IoError, LockGuard, OpenMode, OpenOptions, Vfs, VfsFile};
 
