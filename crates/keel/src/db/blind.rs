@@ -1,7 +1,7 @@
 //! A write transaction's blind changes (puts made before it read
 //! anything), kept as the journal record they make, and that record.
-//! Committed, its puts are a run readers search (`pending.rs`) until the
-//! memtable has them.
+//! Committed, its puts are a run readers search (`run.rs`) until the
+//! memtable has them (`pending.rs`).
 
 use std::borrow::Cow;
 use std::path::Path;

@@ -31,6 +31,35 @@
 //! checkpoints write the tree's changed pages to the data file in the
 //! background and let the journal recycle what they cover. See
 //! `docs/store.md` for the guarantees and `docs/format.md` for the bytes.
+//!
+//! The module's files in layers, bottom first; each imports only from its
+//! own layer and those below (`tests/db_layers.rs` checks):
+//!
+//! 1. Foundation — `error`, `options`, `files`, `sync`, `meta`, `freelist`,
+//!    `pagewrite`, `record`, `item`, `kept`, `order`, `placement`,
+//!    `helper`: errors, settings, file names, the bytes on disk, keys and
+//!    values, locks and kept buffers, the helper thread. Nothing of a store.
+//! 2. What a snapshot reads — `layers` (the tree under the memtables),
+//!    `writer` (the writer's base), `blind` (a blind transaction's puts,
+//!    which are its journal record), `run` (committed puts that readers
+//!    search until the memtable has them).
+//! 3. The store's state — `gate` (the direct commits' gate), `published`
+//!    (what new readers see, and the poison), `pending` (runs not yet in
+//!    the memtable), `state` (`Shared`, which holds them all, and the
+//!    leases readers take of it).
+//! 4. Reads — `view` (taking, releasing and expiring snapshots), `read`
+//!    (read transactions, tables, scans).
+//! 5. Write transactions — `txn`.
+//! 6. The commit path — `combine` (the writer slot, groups of commits),
+//!    `direct` (blind commits without the slot).
+//! 7. The store — `holder` (the lock), `live` (reading beside another
+//!    process's writer), `store` (opening, recovery, a commit's write),
+//!    `checkpoint`, `inspect` (`check`), and [`Database`] here.
+//! 8. On the store's API — `typed`, `backup`, `salvage/`, `fuzzing`.
+//!
+//! One import goes up: `state` names `combine`'s writer slot and the spare
+//! vectors of its groups, whose members are write transactions, which
+//! hold the `Shared`: a cycle of types that no order of files undoes.
 
 #![deny(unsafe_code)]
 

@@ -1,5 +1,5 @@
-//! The store's shared state: opening and recovery, and the commit path
-//! after a transaction is built (checkpoints and page reuse:
+//! Opening and recovery, and the commit path after a transaction is built
+//! (the state they work on: `state.rs`; checkpoints and page reuse:
 //! `checkpoint.rs`; publication to readers: `view.rs`; `check`:
 //! `inspect.rs`). `docs/format.md` ("The
 //! commit and checkpoint protocol") states the rules this file keeps; each
