@@ -41,7 +41,7 @@ pub(super) struct View {
 pub(super) struct Published {
     pub view: Mutex<View>,
     /// Read transactions on a base of a generation below this one have
-    /// expired ([`DbError::SnapshotTooOld`]).
+    /// expired ([`DbError::SnapshotTooOld`](super::DbError::SnapshotTooOld)).
     pub(super) expired_below: AtomicU64,
     /// Bumped (under the view's lock, release) by every change to the
     /// view a reader takes: a `Lease` made at version `v` is the

@@ -106,7 +106,7 @@ impl Shared {
     }
 
     /// Make the state after `lsn` (now durable) what new readers see; see
-    /// [`Published::publish`].
+    /// [`Published::publish`](super::published::Published::publish).
     pub(crate) fn publish(&self, lsn: Lsn) {
         self.published.publish(lsn);
     }
