@@ -20,8 +20,8 @@ use super::error::{DbError, Result};
 use super::item::{Key, KeyValue, Value};
 use super::layers::Base;
 use super::pending::Run;
-use super::store::Shared;
-use super::view::Lease;
+use super::store::{lock, Shared};
+use super::view::{Lease, TABLE_IDS};
 use crate::btree::{Entry, PageCache, Range};
 use crate::journal::Lsn;
 
@@ -653,10 +653,21 @@ impl ReadTxn {
 
     pub(super) fn table_id(&self, name: &str) -> Result<Option<u32>> {
         check_name(name)?;
-        match self.get_full(&full_key(CATALOG, name.as_bytes()))? {
-            Some(v) => Ok(Some(decode_id(&self.lease.shared.path, &v)?)),
-            None => Ok(None),
+        self.live()?;
+        let known = |ids: &[(Box<str>, u32)]| ids.iter().find(|(n, _)| **n == *name).map(|e| e.1);
+        if let Some(id) = known(&lock(&self.lease.table_ids)) {
+            return Ok(Some(id));
         }
+        let Some(v) = self.get_full(&full_key(CATALOG, name.as_bytes()))? else {
+            return Ok(None);
+        };
+        let id = decode_id(&self.lease.shared.path, &v)?;
+        let mut ids = lock(&self.lease.table_ids);
+        if ids.len() == TABLE_IDS {
+            ids.remove(0);
+        }
+        ids.push((name.into(), id));
+        Ok(Some(id))
     }
 
     /// The table `name`; an error when it does not exist.

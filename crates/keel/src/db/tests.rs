@@ -1317,3 +1317,33 @@ fn a_failed_sync_leaves_no_clean_mark_and_the_next_open_reads_the_disk() {
         db.check().unwrap();
     }
 }
+
+/// A thread's read transactions remember the table ids their snapshot's
+/// catalog gave (`view::Lease::table_ids`): only for that snapshot. A
+/// table deleted and made again (a new id) is the new one to a later
+/// transaction of the same thread; an older transaction still open keeps
+/// the old one, and one older than the table never finds it.
+#[test]
+fn a_read_transaction_opens_the_table_its_own_snapshot_holds() {
+    let vfs = SimVfs::new(1);
+    let db = builder(&vfs).create(Path::new("/s")).unwrap();
+    let before = db.begin_read();
+    commit_one(&db, b"old", b"1").unwrap();
+    let old = db.begin_read();
+    assert_eq!(get(&db, "t", b"old").as_deref(), Some(&b"1"[..]));
+    let mut w = db.begin_write().unwrap();
+    assert!(w.delete_table("t").unwrap());
+    w.open_table("t").unwrap().insert(b"new", b"2").unwrap();
+    w.commit().unwrap();
+    for _ in 0..2 {
+        // Twice: the second open finds the id remembered by the first.
+        assert_eq!(get(&db, "t", b"new").as_deref(), Some(&b"2"[..]));
+        assert_eq!(get(&db, "t", b"old"), None);
+        let t = old.open_table("t").unwrap();
+        assert_eq!(t.get(b"old").unwrap().as_deref(), Some(&b"1"[..]));
+        assert_eq!(t.get(b"new").unwrap(), None);
+        assert!(matches!(before.open_table("t"), Err(DbError::NoSuchTable(_))));
+    }
+    drop((before, old));
+    db.close().unwrap();
+}
