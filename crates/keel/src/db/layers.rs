@@ -19,7 +19,7 @@ use std::sync::{Arc, Mutex};
 
 use super::record::Op;
 use super::store::lock;
-use crate::btree::{BtreeError, Change, Entry, Fork, PageCache, Tree, TreeMut};
+use crate::btree::{Borrowed, BtreeError, Change, Entry, Fork, Got, PageCache, Tree, TreeMut};
 use crate::journal::Lsn;
 use crate::memtable::{ChunkPool, MemRange, MemTable};
 
@@ -155,6 +155,16 @@ pub(crate) enum Found {
     Mem(Arc<[u8]>),
 }
 
+/// A value found through a base, borrowed where it lies when it can be:
+/// in a memtable (which the base holds) or a cached leaf (kept by a
+/// reader-era pin); else the tree's entry.
+#[derive(Debug)]
+pub(crate) enum FoundRef<'a> {
+    Tree(Entry),
+    Mem(&'a [u8]),
+    Pinned(Borrowed<'a>),
+}
+
 impl Base {
     /// The base with the current memtable frozen and a new one active.
     pub(crate) fn freeze(&self) -> Base {
@@ -200,6 +210,25 @@ impl Base {
             }
         }
         Ok(self.tree.get(src, key)?.map(Found::Tree))
+    }
+
+    /// The value of `key` at snapshot `at`, borrowed from `self` or the
+    /// cache where it can be (see [`FoundRef`]).
+    pub(crate) fn get_ref<'a>(
+        &'a self,
+        src: &PageCache,
+        key: &[u8],
+        at: Lsn,
+    ) -> Result<Option<FoundRef<'a>>, BtreeError> {
+        for layer in self.layers().filter(|l| !l.mem.is_empty()) {
+            if let Some(v) = layer.mem.get(key, at) {
+                return Ok(v.map(FoundRef::Mem));
+            }
+        }
+        Ok(self.tree.get_pinned(src, key)?.map(|g| match g {
+            Got::Borrowed(b) => FoundRef::Pinned(b),
+            Got::Entry(e) => FoundRef::Tree(e),
+        }))
     }
 
     /// The memtables' scans from `start` to `end` at `at`, newest first.

@@ -18,7 +18,7 @@ use std::sync::Arc;
 
 use super::error::{DbError, Result};
 use super::item::{Key, KeyValue, Value};
-use super::layers::Base;
+use super::layers::{Base, FoundRef};
 use super::pending::Run;
 use super::store::{lock, Shared};
 use super::view::{Lease, TABLE_IDS};
@@ -631,7 +631,7 @@ impl ReadTxn {
     }
 
     /// The value of a full key in this snapshot.
-    pub(super) fn get_full(&self, key: &[u8]) -> Result<Option<Value>> {
+    pub(super) fn get_full(&self, key: &[u8]) -> Result<Option<Value<'static>>> {
         self.live()?;
         for run in self.runs().iter().rev() {
             if let Some(v) = run.get(key) {
@@ -640,6 +640,22 @@ impl ReadTxn {
         }
         let l = &self.lease;
         Ok(l.base.get(&l.shared.cache, key, l.lsn)?.map(Value::found))
+    }
+
+    /// The value of a full key in this snapshot, borrowed where it lies
+    /// in memory (a pending run or a memtable, which the snapshot holds; a
+    /// cached leaf, under a reader-era pin).
+    fn get_full_ref(&self, key: &[u8]) -> Result<Option<Value<'_>>> {
+        self.live()?;
+        for run in self.runs().iter().rev() {
+            if let Some(v) = run.get(key) {
+                return Ok(Some(Value::found_ref(FoundRef::Mem(v))));
+            }
+        }
+        let l = &self.lease;
+        Ok(l.base
+            .get_ref(&l.shared.cache, key, l.lsn)?
+            .map(Value::found_ref))
     }
 
     fn runs(&self) -> &[Arc<Run>] {
@@ -730,8 +746,8 @@ impl std::fmt::Debug for Table<'_> {
 
 impl<'t> Table<'t> {
     /// The value of `key`, if present.
-    pub fn get(&self, key: impl AsRef<[u8]>) -> Result<Option<Value>> {
-        self.txn.get_full(&full_key(self.id, key.as_ref()))
+    pub fn get(&self, key: impl AsRef<[u8]>) -> Result<Option<Value<'t>>> {
+        self.txn.get_full_ref(&full_key(self.id, key.as_ref()))
     }
 
     /// Whether `key` is present.
