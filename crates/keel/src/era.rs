@@ -27,10 +27,15 @@
 //! `Send`) and is meant to be held briefly; a value may be held as long
 //! as its transaction, and moved to another thread.
 //!
-//! A pin held a long time keeps everything retired meanwhile in memory
-//! (as a long-held `Arc` of each node would): a program that keeps many
-//! values from a read transaction while the cache turns over holds the
-//! nodes they came from, and those evicted since.
+//! The eras are the process's, shared by its stores (as the epoch is). A
+//! pin held a long time keeps everything retired meanwhile in memory:
+//! a program that keeps values from a read transaction while caches turn
+//! over holds the nodes they came from, and those evicted since.
+//!
+//! Only what a point read borrows needs this: cached nodes (`btree/
+//! pagetable.rs` retires them here). A value found in a mapped page is
+//! copied instead: the OS may drop the page and read it from the disk
+//! again after it was checked.
 
 use std::any::Any;
 use std::sync::atomic::{AtomicU64, Ordering};
