@@ -23,6 +23,12 @@
 //! records is never newer than such a retirement's (eras only grow), so
 //! the pin holds it.
 //!
+//! The loom model below checks this with the epoch's pin and advance
+//! modelled as the full fences they are (`RUSTFLAGS="--cfg loom" cargo
+//! test --release -p keel --lib era::model`, run by `scripts/test`): it
+//! fails when a pin records a newer era than it saw, or a reclaim frees
+//! what was retired in the era a pin holds.
+//!
 //! Why not `crossbeam-epoch` alone: its guard is tied to its thread (not
 //! `Send`) and is meant to be held briefly; a value may be held as long
 //! as its transaction, and moved to another thread.
@@ -38,8 +44,18 @@
 //! again after it was checked.
 
 use std::any::Any;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Mutex;
+
+#[cfg(loom)]
+use loom::sync::{
+    atomic::{AtomicU64, Ordering},
+    Mutex,
+};
+use std::sync::LazyLock;
+#[cfg(not(loom))]
+use std::sync::{
+    atomic::{AtomicU64, Ordering},
+    Mutex,
+};
 
 use crossbeam_utils::CachePadded;
 
@@ -51,17 +67,104 @@ const COUNT_MASK: u64 = (1 << COUNT_BITS) - 1;
 /// Retired things that make [`retire`] try to free some.
 const RECLAIM_AT: usize = 64;
 
-/// The era: advanced by every reclaim.
-static ERA: AtomicU64 = AtomicU64::new(1);
-
-/// Per stripe: the era its oldest pin saw (high bits) and its pins.
-static STRIPE_PINS: [CachePadded<AtomicU64>; STRIPES] =
-    [const { CachePadded::new(AtomicU64::new(0)) }; STRIPES];
-
 type Retired = Vec<(u64, Box<dyn Any + Send>)>;
 
-/// What was retired, each with its era.
-static RETIRED: Mutex<Retired> = Mutex::new(Vec::new());
+/// The process's eras (see the module doc).
+static ERAS: LazyLock<Eras> = LazyLock::new(|| Eras::new(STRIPES));
+
+/// The era, the stripes' pins and what waits for them.
+struct Eras {
+    /// Advanced by every reclaim.
+    era: AtomicU64,
+    /// Per stripe: the era its oldest pin saw (high bits) and its pins.
+    stripes: Box<[CachePadded<AtomicU64>]>,
+    /// What was retired, each with its era.
+    retired: Mutex<Retired>,
+}
+
+impl Eras {
+    fn new(stripes: usize) -> Eras {
+        Eras {
+            era: AtomicU64::new(1),
+            stripes: (0..stripes)
+                .map(|_| CachePadded::new(AtomicU64::new(0)))
+                .collect(),
+            retired: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// Count a pin in stripe `mine` (or, when it holds as many pins as it
+    /// can count, the next one that can); the stripe it is counted in.
+    fn pin(&self, mine: usize) -> u16 {
+        let n = self.stripes.len();
+        for s in (mine..mine + n).map(|s| s % n) {
+            if self.try_pin(s) {
+                return s as u16;
+            }
+        }
+        panic!(
+            "more than {} read values held at once",
+            COUNT_MASK as usize * n
+        );
+    }
+
+    /// Count one more pin in stripe `s`; false if it cannot count more.
+    fn try_pin(&self, s: usize) -> bool {
+        let cell = &self.stripes[s];
+        let mut word = cell.load(Ordering::Relaxed);
+        loop {
+            let next = match word & COUNT_MASK {
+                0 => (self.era.load(Ordering::SeqCst) << COUNT_BITS) | 1,
+                COUNT_MASK => return false,
+                _ => word + 1,
+            };
+            match cell.compare_exchange_weak(word, next, Ordering::SeqCst, Ordering::Relaxed) {
+                Ok(_) => return true,
+                Err(now) => word = now,
+            }
+        }
+    }
+
+    fn unpin(&self, s: u16) {
+        self.stripes[usize::from(s)].fetch_sub(1, Ordering::Release);
+    }
+
+    fn retire(&self, thing: Box<dyn Any + Send>) {
+        let due = {
+            let mut retired = self.retired.lock().unwrap_or_else(|e| e.into_inner());
+            retired.push((self.era.load(Ordering::SeqCst), thing));
+            if retired.len() < RECLAIM_AT {
+                return;
+            }
+            self.take_due(&mut retired)
+        };
+        // Dropped outside the lock: a drop may retire in turn.
+        drop(due);
+    }
+
+    fn reclaim(&self) {
+        let due = self.take_due(&mut self.retired.lock().unwrap_or_else(|e| e.into_inner()));
+        drop(due);
+    }
+
+    /// Advance the era and take what no pin holds any more.
+    fn take_due(&self, retired: &mut Retired) -> Retired {
+        self.era.fetch_add(1, Ordering::SeqCst);
+        let oldest = self
+            .stripes
+            .iter()
+            .map(|c| c.load(Ordering::SeqCst))
+            .filter(|w| w & COUNT_MASK != 0)
+            .map(|w| w >> COUNT_BITS)
+            .min()
+            .unwrap_or(u64::MAX);
+        let (due, kept) = std::mem::take(retired)
+            .into_iter()
+            .partition(|(era, _)| *era < oldest);
+        *retired = kept;
+        due
+    }
+}
 
 /// Keeps everything retired from now on until it drops. `Send` and
 /// `Sync`: it may be dropped on another thread (it then writes the
@@ -72,34 +175,10 @@ pub(crate) struct Pin {
 }
 
 impl Pin {
-    /// Pin this thread's stripe (or, when it holds as many pins as it
-    /// can count, the next one that can).
+    /// Pin this thread's stripe.
     pub(crate) fn new() -> Pin {
-        let mine = stripe();
-        for s in (mine..mine + STRIPES).map(|s| s % STRIPES) {
-            if try_pin(&STRIPE_PINS[s]) {
-                return Pin { stripe: s as u16 };
-            }
-        }
-        panic!(
-            "more than {} read values held at once",
-            COUNT_MASK as usize * STRIPES
-        );
-    }
-}
-
-/// Count one more pin in `cell`; false if it cannot count more.
-fn try_pin(cell: &AtomicU64) -> bool {
-    let mut word = cell.load(Ordering::Relaxed);
-    loop {
-        let next = match word & COUNT_MASK {
-            0 => (ERA.load(Ordering::SeqCst) << COUNT_BITS) | 1,
-            COUNT_MASK => return false,
-            _ => word + 1,
-        };
-        match cell.compare_exchange_weak(word, next, Ordering::SeqCst, Ordering::Relaxed) {
-            Ok(_) => return true,
-            Err(now) => word = now,
+        Pin {
+            stripe: ERAS.pin(stripe()),
         }
     }
 }
@@ -107,18 +186,15 @@ fn try_pin(cell: &AtomicU64) -> bool {
 impl Clone for Pin {
     /// Another pin of the same stripe (its era is already held).
     fn clone(&self) -> Pin {
-        if try_pin(&STRIPE_PINS[usize::from(self.stripe)]) {
-            return Pin {
-                stripe: self.stripe,
-            };
+        Pin {
+            stripe: ERAS.pin(usize::from(self.stripe)),
         }
-        Pin::new()
     }
 }
 
 impl Drop for Pin {
     fn drop(&mut self) {
-        STRIPE_PINS[usize::from(self.stripe)].fetch_sub(1, Ordering::Release);
+        ERAS.unpin(self.stripe);
     }
 }
 
@@ -127,39 +203,12 @@ impl Drop for Pin {
 /// unreachable to readers (see the module doc), or with a `thing` no
 /// reader could ever have reached.
 pub(crate) fn retire<T: Send + 'static>(thing: T) {
-    let due = {
-        let mut retired = RETIRED.lock().unwrap_or_else(|e| e.into_inner());
-        retired.push((ERA.load(Ordering::SeqCst), Box::new(thing)));
-        if retired.len() < RECLAIM_AT {
-            return;
-        }
-        take_due(&mut retired)
-    };
-    // Dropped outside the lock: a drop may retire in turn.
-    drop(due);
+    ERAS.retire(Box::new(thing));
 }
 
 /// Try to free what was retired now (a store that closes).
 pub(crate) fn reclaim() {
-    let due = take_due(&mut RETIRED.lock().unwrap_or_else(|e| e.into_inner()));
-    drop(due);
-}
-
-/// Advance the era and take what no pin holds any more.
-fn take_due(retired: &mut Retired) -> Retired {
-    ERA.fetch_add(1, Ordering::SeqCst);
-    let oldest = STRIPE_PINS
-        .iter()
-        .map(|c| c.load(Ordering::SeqCst))
-        .filter(|w| w & COUNT_MASK != 0)
-        .map(|w| w >> COUNT_BITS)
-        .min()
-        .unwrap_or(u64::MAX);
-    let (due, kept) = std::mem::take(retired)
-        .into_iter()
-        .partition(|(era, _)| *era < oldest);
-    *retired = kept;
-    due
+    ERAS.reclaim();
 }
 
 #[cfg(test)]
@@ -211,7 +260,7 @@ mod tests {
         let dropped = Arc::new(AtomicUsize::new(0));
         retire(Tracked(Arc::clone(&dropped)));
         // Advance the era past the retirement before pinning.
-        ERA.fetch_add(1, Ordering::SeqCst);
+        ERAS.era.fetch_add(1, Ordering::SeqCst);
         let pin = Pin::new();
         for _ in 0..10_000 {
             reclaim();
@@ -222,5 +271,124 @@ mod tests {
             std::thread::sleep(std::time::Duration::from_millis(1));
         }
         panic!("held by a pin taken after it");
+    }
+}
+
+#[cfg(test)]
+mod model {
+    //! The pin and reclaim protocol, checked by `loom` (every
+    //! interleaving, with `RUSTFLAGS="--cfg loom" cargo test --release
+    //! -p keel --lib era::model`) and, in normal test runs, as a stress
+    //! test of the same model on real threads.
+    //!
+    //! The model: a node is linked in a slot; readers pin their stripe,
+    //! then (inside a critical section standing for the epoch's guard)
+    //! see whether the node is linked, leave the section and, if it was,
+    //! read it while still pinned. A reclaimer unlinks it, waits for the
+    //! readers' sections to end (as the epoch does before it runs a
+    //! deferred function), retires it and reclaims. No reader may find
+    //! the node freed while it holds the pin it took before seeing it;
+    //! once every pin is gone, a reclaim frees it.
+
+    use super::Eras;
+    #[cfg(loom)]
+    use loom::{
+        sync::{
+            atomic::{fence, AtomicBool, Ordering::SeqCst},
+            Arc,
+        },
+        thread,
+    };
+    #[cfg(not(loom))]
+    use std::{
+        sync::{
+            atomic::{fence, AtomicBool, Ordering::SeqCst},
+            Arc,
+        },
+        thread,
+    };
+
+    /// Readers: one under loom (with the reclaimer, two threads; three
+    /// are too many interleavings), two on real threads, sharing one
+    /// stripe (the pins of threads beyond the stripes share theirs).
+    const READERS: usize = if cfg!(loom) { 1 } else { 2 };
+
+    struct Node(Arc<AtomicBool>);
+
+    impl Drop for Node {
+        fn drop(&mut self) {
+            self.0.store(true, SeqCst);
+        }
+    }
+
+    struct World {
+        eras: Eras,
+        linked: AtomicBool,
+        in_section: Vec<AtomicBool>,
+        freed: Arc<AtomicBool>,
+    }
+
+    fn model() {
+        let freed = Arc::new(AtomicBool::new(false));
+        let w = Arc::new(World {
+            eras: Eras::new(2),
+            linked: AtomicBool::new(true),
+            in_section: (0..READERS).map(|_| AtomicBool::new(false)).collect(),
+            freed: Arc::clone(&freed),
+        });
+        let node = Node(freed);
+        let mut threads = Vec::new();
+        for r in 0..READERS {
+            let w = Arc::clone(&w);
+            threads.push(thread::spawn(move || {
+                let stripe = w.eras.pin(0);
+                // The epoch's pin: a store, then a full fence.
+                w.in_section[r].store(true, SeqCst);
+                fence(SeqCst);
+                let seen = w.linked.load(SeqCst);
+                w.in_section[r].store(false, SeqCst);
+                if seen {
+                    thread::yield_now();
+                    assert!(!w.freed.load(SeqCst), "freed under a pin");
+                }
+                w.eras.unpin(stripe);
+            }));
+        }
+        let rw = Arc::clone(&w);
+        threads.push(thread::spawn(move || {
+            // The epoch's advance: a full fence before it reads the
+            // threads' pins.
+            rw.linked.store(false, SeqCst);
+            fence(SeqCst);
+            for s in &rw.in_section {
+                while s.load(SeqCst) {
+                    thread::yield_now();
+                }
+            }
+            rw.eras.retire(Box::new(node));
+            rw.eras.reclaim();
+        }));
+        for t in threads {
+            t.join().unwrap();
+        }
+        w.eras.reclaim();
+        assert!(w.freed.load(SeqCst), "never freed once unpinned");
+    }
+
+    #[cfg(loom)]
+    #[test]
+    fn a_node_is_freed_only_after_the_pins_taken_before_it_was_unlinked() {
+        let mut b = loom::model::Builder::new();
+        b.preemption_bound = Some(3);
+        b.check(model);
+    }
+
+    /// The same model, many times on real threads.
+    #[cfg(not(loom))]
+    #[test]
+    fn a_node_is_freed_only_after_the_pins_taken_before_it_was_unlinked() {
+        for _ in 0..2000 {
+            model();
+        }
     }
 }
