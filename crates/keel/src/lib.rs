@@ -15,6 +15,7 @@
 mod bell;
 pub mod btree;
 pub mod db;
+mod era;
 pub mod io;
 pub mod journal;
 mod le;

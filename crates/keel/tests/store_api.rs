@@ -31,7 +31,7 @@ fn db() -> Database {
     db_on(&SimVfs::new(5), 256 << 10)
 }
 
-fn keys(it: impl Iterator<Item = keel::db::Result<(Key, Value)>>) -> Vec<String> {
+fn keys(it: impl Iterator<Item = keel::db::Result<(Key, Value<'static>)>>) -> Vec<String> {
     it.map(|kv| String::from_utf8(kv.unwrap().0.to_vec()).unwrap())
         .collect()
 }

@@ -57,7 +57,7 @@ pub use page::{
     OVERFLOW_HEADER_BYTES, PAGE_HEADER_BYTES, PAGE_TYPE_BRANCH, PAGE_TYPE_FREELIST, PAGE_TYPE_LEAF,
     PAGE_TYPE_META, PAGE_TYPE_OVERFLOW,
 };
-pub use read::{Entry, Range};
+pub use read::{Borrowed, Entry, Got, Range};
 pub use tree::{Tree, TreeMut};
 
 /// A page number: the page's byte offset in the data file divided by the

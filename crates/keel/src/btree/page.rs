@@ -358,10 +358,29 @@ fn field(bytes: &[u8], page: PageNo, at: usize, len: usize) -> Result<&[u8], Pag
 /// The bytes after the last cell must be zero, so that a page decodes to
 /// one content and encodes back to the same bytes.
 fn check_zero_tail(bytes: &[u8], page: PageNo, end: usize) -> Result<(), PageError> {
-    if bytes[end..].iter().any(|&b| b != 0) {
+    if !all_zero(&bytes[end..]) {
         return Err(layout(page, "nonzero bytes after the last cell"));
     }
     Ok(())
+}
+
+/// Whether every byte is zero: 64 bytes at a time, ORed as words, which
+/// the compiler turns into vector instructions (a byte-at-a-time loop
+/// that stops at the first nonzero byte is not: it was ~8 % of a lookup
+/// that searches a mapped leaf in place, whose tail is often half the
+/// page).
+fn all_zero(bytes: &[u8]) -> bool {
+    let mut chunks = bytes.chunks_exact(64);
+    for chunk in &mut chunks {
+        let mut acc = 0u64;
+        for word in chunk.chunks_exact(8) {
+            acc |= u64::from_ne_bytes(word.try_into().expect("8 bytes"));
+        }
+        if acc != 0 {
+            return false;
+        }
+    }
+    chunks.remainder().iter().all(|&b| b == 0)
 }
 
 fn decode_leaf(

@@ -376,3 +376,16 @@ mod random_damage {
         }
     }
 }
+
+#[test]
+fn all_zero_finds_a_nonzero_byte_anywhere() {
+    let mut buf = vec![0u8; 300];
+    for len in 0..buf.len() {
+        assert!(all_zero(&buf[..len]), "{len} zero bytes");
+        for at in 0..len {
+            buf[at] = 0x80;
+            assert!(!all_zero(&buf[..len]), "byte {at} of {len}");
+            buf[at] = 0;
+        }
+    }
+}

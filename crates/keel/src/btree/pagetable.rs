@@ -27,6 +27,7 @@ use crossbeam_epoch::{self as epoch, Atomic, Guard, Owned};
 
 use super::node::Node;
 use super::{Location, PageNo};
+use crate::era;
 
 const BITS: u32 = 10;
 const FAN: usize = 1 << BITS;
@@ -139,11 +140,19 @@ impl PageTable {
         let new = entry.map_or_else(epoch::Shared::null, |e| Owned::new(e).into_shared(guard));
         let old = slot.swap(new, Ordering::AcqRel, guard);
         if !old.is_null() {
+            let old = old.as_raw() as usize;
             // SAFETY: `old` just left the slot, so no reader can load it
             // any more; readers that loaded it before are pinned, and the
-            // epoch frees it only after they unpin. Slot changes are
-            // serialised by the shard lock, so nobody else defers it.
-            unsafe { guard.defer_destroy(old) };
+            // epoch runs this only after they unpin. Slot changes are
+            // serialised by the shard lock, so nobody else defers it. It
+            // came from `Owned::into_shared`, so it is owned back once.
+            // Then a value borrowed from its node under a reader-era pin
+            // keeps it (`crate::era`, `read::get_pinned`).
+            unsafe {
+                guard.defer_unchecked(move || {
+                    era::retire(Owned::from_raw(old as *mut Cached).into_box());
+                })
+            };
         }
         true
     }
@@ -151,6 +160,9 @@ impl PageTable {
 
 impl Drop for PageTable {
     fn drop(&mut self) {
+        // What this table's evictions retired may be freed now, if no
+        // value read from it is still held.
+        era::reclaim();
         // SAFETY: `&mut self`: no reader or writer has the table; every
         // pointer below came from `Box::into_raw` (tables) or
         // `Owned::into_shared` (entries) and is freed exactly once here.

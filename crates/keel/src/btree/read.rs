@@ -2,6 +2,7 @@
 //! both ends at once), across nodes in memory and nodes read through the
 //! [`PageSource`].
 
+use std::marker::PhantomData;
 use std::ops::Bound;
 use std::sync::Arc;
 
@@ -11,6 +12,7 @@ use super::cache::{InPlace, LeafLookup, NodeRef, PageSource};
 use super::leaf::{OverflowValue, ValueRef};
 use super::node::{Body, Branch, Node};
 use super::{BtreeError, Location};
+use crate::era::Pin;
 
 /// Whether `node`, read at `loc`, is at the `level` its parent implies.
 fn check_level(node: &Node, loc: Location, level: u8) -> Result<(), BtreeError> {
@@ -180,9 +182,9 @@ pub(crate) fn find(
 }
 
 /// Where [`get`]'s descent ended.
-enum Lookup {
+enum Lookup<'g> {
     /// In a leaf, at this index.
-    Leaf(Arc<Node>, usize),
+    Leaf(NodeRef<'g>, usize),
     /// In a page the source searched in place.
     Copied(InPlace),
 }
@@ -195,37 +197,135 @@ pub(crate) fn get(
     src: &dyn PageSource,
     key: &[u8],
 ) -> Result<Option<Entry>, BtreeError> {
-    // The pin ends before an overflow value is read.
-    match lookup(root, src, key)? {
-        Some(Lookup::Leaf(leaf, i)) => Entry::new(leaf, i, src).map(Some),
-        Some(Lookup::Copied(found)) => Entry::copied(found, src).map(Some),
+    let found = {
+        let guard = epoch::pin();
+        match lookup(root, src, key, &guard)? {
+            Some(Lookup::Leaf(leaf, i)) => Some(Ok((Arc::clone(&leaf), i))),
+            Some(Lookup::Copied(found)) => Some(Err(found)),
+            None => None,
+        }
+    };
+    // The epoch's pin ends before an overflow value is read.
+    match found {
+        Some(Ok((leaf, i))) => Entry::new(leaf, i, src).map(Some),
+        Some(Err(found)) => Entry::copied(found, src).map(Some),
         None => Ok(None),
     }
 }
 
-fn lookup(
-    root: Option<&Arc<Node>>,
+/// What `Tree::get_pinned` found.
+#[derive(Debug)]
+pub enum Got<'r> {
+    /// An inline value borrowed where it lies, with no reference count
+    /// taken: in a leaf the page cache held (kept by the reader era's
+    /// pin, `crate::era`) or in the root (kept by its holder for `'r`).
+    Borrowed(Borrowed<'r>),
+    /// An entry holding its bytes: a leaf in memory (changed since the
+    /// last checkpoint) or just read from the file, an entry copied out of
+    /// a page searched in place, or an overflow value.
+    Entry(Entry),
+}
+
+/// An inline value of a cached leaf or of the root, borrowed in place.
+#[derive(Clone)]
+pub struct Borrowed<'r> {
+    ptr: *const u8,
+    len: usize,
+    _pin: Pin,
+    _root: PhantomData<&'r Node>,
+}
+
+// SAFETY: `Borrowed` is a shared borrow of immutable bytes (a node is
+// never changed once a cache or another tree can reach it: see
+// `write.rs`), kept alive by a pin any thread may drop (`Pin` is `Send`
+// and `Sync`) or by the root's borrow.
+#[allow(unsafe_code)]
+unsafe impl Send for Borrowed<'_> {}
+// SAFETY: as above; `&Borrowed` only reads the bytes.
+#[allow(unsafe_code)]
+unsafe impl Sync for Borrowed<'_> {}
+
+impl Borrowed<'_> {
+    /// The value's bytes.
+    pub fn bytes(&self) -> &[u8] {
+        // SAFETY: `ptr` and `len` are those of an inline value's slice in
+        // a leaf that `get_pinned` reached either as the root (borrowed
+        // for `'r`, which outlives `self`) or in the page cache while this
+        // pin was held; a node leaves the cache only through
+        // `crate::era::retire` (`pagetable.rs`), which keeps it, and so
+        // its bytes, until every pin taken before is dropped. The bytes
+        // never change (the node is shared, so copy-on-write copies it).
+        #[allow(unsafe_code)]
+        unsafe {
+            std::slice::from_raw_parts(self.ptr, self.len)
+        }
+    }
+}
+
+impl std::fmt::Debug for Borrowed<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Borrowed").field("len", &self.len).finish()
+    }
+}
+
+/// The value for `key`, if present: as [`get`], but an inline value in a
+/// cached leaf (or in the root) is borrowed in place under a reader-era
+/// pin instead of holding a reference to its leaf.
+pub(crate) fn get_pinned<'r>(
+    root: Option<&'r Arc<Node>>,
     src: &dyn PageSource,
     key: &[u8],
-) -> Result<Option<Lookup>, BtreeError> {
+) -> Result<Option<Got<'r>>, BtreeError> {
+    // Taken before the epoch's pin: see `crate::era`.
+    let pin = Pin::new();
+    let found = {
+        let guard = epoch::pin();
+        match lookup(root, src, key, &guard)? {
+            Some(Lookup::Leaf(NodeRef::Borrowed(leaf), i)) => {
+                match leaf.as_leaf().expect("a leaf").value(i) {
+                    ValueRef::Inline(v) => {
+                        return Ok(Some(Got::Borrowed(Borrowed {
+                            ptr: v.as_ptr(),
+                            len: v.len(),
+                            _pin: pin,
+                            _root: PhantomData,
+                        })))
+                    }
+                    ValueRef::Overflow(_) => Some(Ok((Arc::clone(leaf), i))),
+                }
+            }
+            Some(Lookup::Leaf(NodeRef::Owned(leaf), i)) => Some(Ok((leaf, i))),
+            Some(Lookup::Copied(found)) => Some(Err(found)),
+            None => None,
+        }
+    };
+    drop(pin);
+    let entry = match found {
+        Some(Ok((leaf, i))) => Entry::new(leaf, i, src)?,
+        Some(Err(found)) => Entry::copied(found, src)?,
+        None => return Ok(None),
+    };
+    Ok(Some(Got::Entry(entry)))
+}
+
+fn lookup<'g>(
+    root: Option<&'g Arc<Node>>,
+    src: &'g dyn PageSource,
+    key: &[u8],
+    guard: &'g Guard,
+) -> Result<Option<Lookup<'g>>, BtreeError> {
     let Some(root) = root else {
         return Ok(None);
     };
-    let guard = epoch::pin();
     let mut node = NodeRef::Borrowed(root);
     loop {
         let next = match node.body() {
-            Body::Leaf(l) => {
-                return Ok(l
-                    .search(key)
-                    .ok()
-                    .map(|i| Lookup::Leaf(Arc::clone(&node), i)))
-            }
+            Body::Leaf(l) => return Ok(l.search(key).ok().map(|i| Lookup::Leaf(node, i))),
             Body::Branch(b) if b.level() == 1 => {
                 let i = b.child_index(key);
                 match b.child_or_location(i) {
                     Ok(leaf) => NodeRef::Owned(leaf),
-                    Err(loc) => match src.search_leaf(loc, key, &guard)? {
+                    Err(loc) => match src.search_leaf(loc, key, guard)? {
                         LeafLookup::Node(leaf) => {
                             check_level(&leaf, loc, 0)?;
                             leaf
@@ -234,7 +334,7 @@ fn lookup(
                     },
                 }
             }
-            Body::Branch(b) => child_pinned(b, b.child_index(key), src, &guard)?,
+            Body::Branch(b) => child_pinned(b, b.child_index(key), src, guard)?,
         };
         node = next;
     }

@@ -11,7 +11,7 @@ use super::cache::PageSource;
 use super::leaf::{Leaf, ValueRef};
 use super::limits::MAX_VALUE_BYTES;
 use super::node::{Body, Node};
-use super::read::{self, Entry, Range};
+use super::read::{self, Entry, Got, Range};
 use super::write::{KeyRange, Writer};
 use super::{BtreeError, Location, PageNo, PageSize};
 
@@ -68,6 +68,16 @@ impl Tree {
     /// The entry for `key`, if present.
     pub fn get(&self, src: &dyn PageSource, key: &[u8]) -> Result<Option<Entry>, BtreeError> {
         read::get(self.root.as_ref(), src, key)
+    }
+
+    /// The value of `key`: an inline value in a cached leaf borrowed in
+    /// place (kept by a reader-era pin, with no reference count taken), else an entry of its own.
+    pub fn get_pinned(
+        &self,
+        src: &dyn PageSource,
+        key: &[u8],
+    ) -> Result<Option<Got<'_>>, BtreeError> {
+        read::get_pinned(self.root.as_ref(), src, key)
     }
 
     /// The entries with keys in `(start, end)`, in key order.

@@ -11,7 +11,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use super::error::{DbError, Result};
-use crate::btree::Entry;
+use crate::btree::{Borrowed, Entry};
 
 /// Bytes of a full key before the user's key: the table's id (4 bytes,
 /// big-endian).
@@ -44,6 +44,16 @@ pub(crate) enum Found {
     Mem(Arc<[u8]>),
 }
 
+/// A value found through a base, borrowed where it lies when it can be:
+/// in a memtable (which the base holds) or a cached leaf (kept by a
+/// reader-era pin); else the tree's entry.
+#[derive(Debug)]
+pub(crate) enum FoundRef<'a> {
+    Tree(Entry),
+    Mem(&'a [u8]),
+    Pinned(Borrowed<'a>),
+}
+
 /// Bytes `Debug` prints of a key or a value before it elides the rest.
 const DEBUG_BYTES: usize = 64;
 
@@ -61,29 +71,51 @@ fn debug_bytes(f: &mut fmt::Formatter<'_>, bytes: &[u8]) -> fmt::Result {
 /// A value read from the store. Dereferences to its bytes; compares with
 /// byte strings and `str`s (`value == b"admin"`, `value == "admin"`);
 /// `{:?}` prints its bytes (the first 64, escaped, then its length).
+///
+/// A point read (`get`) of a read transaction returns a `Value<'t>` that
+/// borrows the transaction: where the value lies in memory (a cached
+/// leaf, a memtable) it is borrowed in place, with no allocation, no copy
+/// and no reference count taken (docs/store.md, "Reads"). Scans and write
+/// transactions return `Value<'static>`s, which hold their bytes
+/// themselves. [`Value::to_vec`] copies the bytes out.
 #[derive(Clone)]
-pub struct Value(ValueInner);
+pub struct Value<'t>(pub(super) ValueInner<'t>);
 
 #[derive(Clone)]
-enum ValueInner {
+pub(super) enum ValueInner<'t> {
     Tree(Entry),
     Owned(Arc<[u8]>),
+    /// In a memtable or a pending run that the transaction's snapshot
+    /// holds.
+    Mem(&'t [u8]),
+    /// In a cached leaf, kept by a reader-era pin (`crate::era`).
+    Pinned(Borrowed<'t>),
 }
 
-impl Value {
-    pub(super) fn owned(v: Arc<[u8]>) -> Value {
+impl Value<'static> {
+    pub(super) fn owned(v: Arc<[u8]>) -> Value<'static> {
         Value(ValueInner::Owned(v))
     }
 
-    pub(super) fn tree(e: Entry) -> Value {
+    pub(super) fn tree(e: Entry) -> Value<'static> {
         Value(ValueInner::Tree(e))
     }
 
-    pub(super) fn found(f: Found) -> Value {
+    pub(super) fn found(f: Found) -> Value<'static> {
         match f {
             Found::Tree(e) => Value::tree(e),
             Found::Mem(v) => Value::owned(v),
         }
+    }
+}
+
+impl<'t> Value<'t> {
+    pub(super) fn found_ref(f: FoundRef<'t>) -> Value<'t> {
+        Value(match f {
+            FoundRef::Tree(e) => ValueInner::Tree(e),
+            FoundRef::Mem(v) => ValueInner::Mem(v),
+            FoundRef::Pinned(b) => ValueInner::Pinned(b),
+        })
     }
 
     /// The value's bytes.
@@ -91,6 +123,8 @@ impl Value {
         match &self.0 {
             ValueInner::Tree(e) => e.value(),
             ValueInner::Owned(v) => v,
+            ValueInner::Mem(v) => v,
+            ValueInner::Pinned(b) => b.bytes(),
         }
     }
 
@@ -145,124 +179,124 @@ impl Key {
 
 /// What a scan yields: an entry's key and value, `let (key, value) =
 /// item?;` as with redb's ranges.
-pub type KeyValue = (Key, Value);
+pub type KeyValue = (Key, Value<'static>);
 
 /// `Deref`, `AsRef`, `Borrow`, comparisons with byte strings and `str`s,
 /// `Eq`, `Ord`, `Hash` (all as the bytes) and a bounded `Debug`.
 macro_rules! bytes_like {
-    ($t:ty) => {
-        impl Deref for $t {
+    ([$($g:lifetime),*] $t:ty) => {
+        impl<$($g),*> Deref for $t {
             type Target = [u8];
             fn deref(&self) -> &[u8] {
                 self.as_bytes()
             }
         }
 
-        impl AsRef<[u8]> for $t {
+        impl<$($g),*> AsRef<[u8]> for $t {
             fn as_ref(&self) -> &[u8] {
                 self.as_bytes()
             }
         }
 
-        impl std::borrow::Borrow<[u8]> for $t {
+        impl<$($g),*> std::borrow::Borrow<[u8]> for $t {
             fn borrow(&self) -> &[u8] {
                 self.as_bytes()
             }
         }
 
-        impl fmt::Debug for $t {
+        impl<$($g),*> fmt::Debug for $t {
             fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
                 debug_bytes(f, self.as_bytes())
             }
         }
 
-        impl PartialEq for $t {
+        impl<$($g),*> PartialEq for $t {
             fn eq(&self, other: &$t) -> bool {
                 self.as_bytes() == other.as_bytes()
             }
         }
 
-        impl Eq for $t {}
+        impl<$($g),*> Eq for $t {}
 
-        impl PartialOrd for $t {
+        impl<$($g),*> PartialOrd for $t {
             fn partial_cmp(&self, other: &$t) -> Option<Ordering> {
                 Some(self.cmp(other))
             }
         }
 
-        impl Ord for $t {
+        impl<$($g),*> Ord for $t {
             fn cmp(&self, other: &$t) -> Ordering {
                 self.as_bytes().cmp(other.as_bytes())
             }
         }
 
-        impl Hash for $t {
+        impl<$($g),*> Hash for $t {
             fn hash<H: Hasher>(&self, state: &mut H) {
                 self.as_bytes().hash(state)
             }
         }
 
-        impl PartialEq<[u8]> for $t {
+        impl<$($g),*> PartialEq<[u8]> for $t {
             fn eq(&self, other: &[u8]) -> bool {
                 self.as_bytes() == other
             }
         }
 
-        impl PartialEq<&[u8]> for $t {
+        impl<$($g),*> PartialEq<&[u8]> for $t {
             fn eq(&self, other: &&[u8]) -> bool {
                 self.as_bytes() == *other
             }
         }
 
-        impl<const N: usize> PartialEq<[u8; N]> for $t {
+        impl<$($g,)* const N: usize> PartialEq<[u8; N]> for $t {
             fn eq(&self, other: &[u8; N]) -> bool {
                 self.as_bytes() == other
             }
         }
 
-        impl<const N: usize> PartialEq<&[u8; N]> for $t {
+        impl<$($g,)* const N: usize> PartialEq<&[u8; N]> for $t {
             fn eq(&self, other: &&[u8; N]) -> bool {
                 self.as_bytes() == *other
             }
         }
 
-        impl PartialEq<Vec<u8>> for $t {
+        impl<$($g),*> PartialEq<Vec<u8>> for $t {
             fn eq(&self, other: &Vec<u8>) -> bool {
                 self.as_bytes() == other.as_slice()
             }
         }
 
-        impl PartialEq<str> for $t {
+        impl<$($g),*> PartialEq<str> for $t {
             fn eq(&self, other: &str) -> bool {
                 self.as_bytes() == other.as_bytes()
             }
         }
 
-        impl PartialEq<&str> for $t {
+        impl<$($g),*> PartialEq<&str> for $t {
             fn eq(&self, other: &&str) -> bool {
                 self.as_bytes() == other.as_bytes()
             }
         }
 
-        impl PartialEq<$t> for [u8] {
+        impl<$($g),*> PartialEq<$t> for [u8] {
             fn eq(&self, other: &$t) -> bool {
                 self == other.as_bytes()
             }
         }
 
-        impl PartialEq<$t> for &[u8] {
+        impl<$($g),*> PartialEq<$t> for &[u8] {
             fn eq(&self, other: &$t) -> bool {
                 *self == other.as_bytes()
             }
         }
 
-        impl PartialEq<$t> for str {
+        impl<$($g),*> PartialEq<$t> for str {
             fn eq(&self, other: &$t) -> bool {
                 self.as_bytes() == other.as_bytes()
             }
         }
 
-        impl PartialEq<$t> for &str {
+        impl<$($g),*> PartialEq<$t> for &str {
             fn eq(&self, other: &$t) -> bool {
                 self.as_bytes() == other.as_bytes()
             }
@@ -270,14 +304,14 @@ macro_rules! bytes_like {
     };
 }
 
-bytes_like!(Value);
-bytes_like!(Key);
+bytes_like!(['t] Value<'t>);
+bytes_like!([] Key);
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn value(bytes: &[u8]) -> Value {
+    fn value(bytes: &[u8]) -> Value<'static> {
         Value::owned(Arc::from(bytes))
     }
 

@@ -17,10 +17,10 @@
 use std::ops::Bound;
 use std::sync::{Arc, Mutex};
 
-use super::item::Found;
+use super::item::{Found, FoundRef};
 use super::record::Op;
 use super::sync::lock;
-use crate::btree::{BtreeError, Change, Fork, PageCache, Tree, TreeMut};
+use crate::btree::{BtreeError, Change, Fork, Got, PageCache, Tree, TreeMut};
 use crate::journal::Lsn;
 use crate::memtable::{ChunkPool, MemRange, MemTable};
 
@@ -194,6 +194,25 @@ impl Base {
             }
         }
         Ok(self.tree.get(src, key)?.map(Found::Tree))
+    }
+
+    /// The value of `key` at snapshot `at`, borrowed from `self` or the
+    /// cache where it can be (see [`FoundRef`]).
+    pub(crate) fn get_ref<'a>(
+        &'a self,
+        src: &PageCache,
+        key: &[u8],
+        at: Lsn,
+    ) -> Result<Option<FoundRef<'a>>, BtreeError> {
+        for layer in self.layers().filter(|l| !l.mem.is_empty()) {
+            if let Some(v) = layer.mem.get(key, at) {
+                return Ok(v.map(FoundRef::Mem));
+            }
+        }
+        Ok(self.tree.get_pinned(src, key)?.map(|g| match g {
+            Got::Borrowed(b) => FoundRef::Pinned(b),
+            Got::Entry(e) => FoundRef::Tree(e),
+        }))
     }
 
     /// The memtables' scans from `start` to `end` at `at`, newest first.

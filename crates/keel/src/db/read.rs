@@ -17,10 +17,12 @@ use std::path::Path;
 use std::sync::Arc;
 
 use super::error::{DbError, Result};
+use super::item::FoundRef;
 use super::item::{Key, KeyValue, Value};
 use super::layers::Base;
 use super::run::Run;
-use super::state::{Lease, Shared};
+use super::state::{Lease, Shared, TABLE_IDS};
+use super::sync::lock;
 use crate::btree::{Entry, PageCache, Range};
 use crate::journal::Lsn;
 
@@ -614,7 +616,7 @@ impl ReadTxn {
     }
 
     /// The value of a full key in this snapshot.
-    pub(super) fn get_full(&self, key: &[u8]) -> Result<Option<Value>> {
+    pub(super) fn get_full(&self, key: &[u8]) -> Result<Option<Value<'static>>> {
         self.live()?;
         for run in self.runs().iter().rev() {
             if let Some(v) = run.get(key) {
@@ -623,6 +625,22 @@ impl ReadTxn {
         }
         let l = &self.lease;
         Ok(l.base.get(&l.shared.cache, key, l.lsn)?.map(Value::found))
+    }
+
+    /// The value of a full key in this snapshot, borrowed where it lies
+    /// in memory (a pending run or a memtable, which the snapshot holds; a
+    /// cached leaf, under a reader-era pin).
+    fn get_full_ref(&self, key: &[u8]) -> Result<Option<Value<'_>>> {
+        self.live()?;
+        for run in self.runs().iter().rev() {
+            if let Some(v) = run.get(key) {
+                return Ok(Some(Value::found_ref(FoundRef::Mem(v))));
+            }
+        }
+        let l = &self.lease;
+        Ok(l.base
+            .get_ref(&l.shared.cache, key, l.lsn)?
+            .map(Value::found_ref))
     }
 
     fn runs(&self) -> &[Arc<Run>] {
@@ -636,10 +654,21 @@ impl ReadTxn {
 
     pub(super) fn table_id(&self, name: &str) -> Result<Option<u32>> {
         check_name(name)?;
-        match self.get_full(&full_key(CATALOG, name.as_bytes()))? {
-            Some(v) => Ok(Some(decode_id(&self.lease.shared.path, &v)?)),
-            None => Ok(None),
+        self.live()?;
+        let known = |ids: &[(Box<str>, u32)]| ids.iter().find(|(n, _)| **n == *name).map(|e| e.1);
+        if let Some(id) = known(&lock(&self.lease.table_ids)) {
+            return Ok(Some(id));
         }
+        let Some(v) = self.get_full(&full_key(CATALOG, name.as_bytes()))? else {
+            return Ok(None);
+        };
+        let id = decode_id(&self.lease.shared.path, &v)?;
+        let mut ids = lock(&self.lease.table_ids);
+        if ids.len() == TABLE_IDS {
+            ids.remove(0);
+        }
+        ids.push((name.into(), id));
+        Ok(Some(id))
     }
 
     /// The table `name`; an error when it does not exist.
@@ -702,8 +731,8 @@ impl std::fmt::Debug for Table<'_> {
 
 impl<'t> Table<'t> {
     /// The value of `key`, if present.
-    pub fn get(&self, key: impl AsRef<[u8]>) -> Result<Option<Value>> {
-        self.txn.get_full(&full_key(self.id, key.as_ref()))
+    pub fn get(&self, key: impl AsRef<[u8]>) -> Result<Option<Value<'t>>> {
+        self.txn.get_full_ref(&full_key(self.id, key.as_ref()))
     }
 
     /// Whether `key` is present.

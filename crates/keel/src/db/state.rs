@@ -241,8 +241,15 @@ pub(crate) struct Lease {
     /// Commits at or below `lsn` not yet in `base`'s memtable when the
     /// lease was made, oldest first (`super::pending`).
     pub runs: Option<Runs>,
+    /// Table ids this snapshot's catalog gave, by name: a thread's read
+    /// transactions between two publishes look a table up once (at most
+    /// [`TABLE_IDS`]; a lock only this thread's transactions take).
+    pub table_ids: Mutex<Vec<(Box<str>, u32)>>,
     pub(super) version: u64,
 }
+
+/// Table ids a [`Lease`] remembers.
+pub(crate) const TABLE_IDS: usize = 8;
 
 impl std::fmt::Debug for Lease {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {

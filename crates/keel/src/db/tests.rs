@@ -1317,3 +1317,102 @@ fn a_failed_sync_leaves_no_clean_mark_and_the_next_open_reads_the_disk() {
         db.check().unwrap();
     }
 }
+
+/// A thread's read transactions remember the table ids their snapshot's
+/// catalog gave (`state::Lease::table_ids`): only for that snapshot. A
+/// table deleted and made again (a new id) is the new one to a later
+/// transaction of the same thread; an older transaction still open keeps
+/// the old one, and one older than the table never finds it.
+#[test]
+fn a_read_transaction_opens_the_table_its_own_snapshot_holds() {
+    let vfs = SimVfs::new(1);
+    let db = builder(&vfs).create(Path::new("/s")).unwrap();
+    let before = db.begin_read();
+    commit_one(&db, b"old", b"1").unwrap();
+    let old = db.begin_read();
+    assert_eq!(get(&db, "t", b"old").as_deref(), Some(&b"1"[..]));
+    let mut w = db.begin_write().unwrap();
+    assert!(w.delete_table("t").unwrap());
+    w.open_table("t").unwrap().insert(b"new", b"2").unwrap();
+    w.commit().unwrap();
+    for _ in 0..2 {
+        // Twice: the second open finds the id remembered by the first.
+        assert_eq!(get(&db, "t", b"new").as_deref(), Some(&b"2"[..]));
+        assert_eq!(get(&db, "t", b"old"), None);
+        let t = old.open_table("t").unwrap();
+        assert_eq!(t.get(b"old").unwrap().as_deref(), Some(&b"1"[..]));
+        assert_eq!(t.get(b"new").unwrap(), None);
+        assert!(matches!(
+            before.open_table("t"),
+            Err(DbError::NoSuchTable(_))
+        ));
+    }
+    drop((before, old));
+    db.close().unwrap();
+}
+
+/// A value a point read borrows from a cached leaf stays whole while
+/// the cache evicts that leaf and reuses its memory, on this thread and
+/// others: the reader-era pin the value holds keeps the evicted node
+/// (`crate::era`).
+#[test]
+fn values_borrowed_from_the_cache_outlive_the_eviction_of_their_leaves() {
+    let value = |k: u32| -> Vec<u8> { (0..120u32).map(|i| (k * 31 + i) as u8).collect() };
+    let vfs = SimVfs::new(9);
+    let db = builder(&vfs).create("/s").unwrap();
+    for b in 0..20u32 {
+        let w = db.begin_write().unwrap();
+        let mut t = w.open_table("t").unwrap();
+        for k in b * 500..(b + 1) * 500 {
+            t.insert(k.to_be_bytes(), value(k)).unwrap();
+        }
+        w.commit().unwrap();
+    }
+    db.close().unwrap();
+    // Misses decode into a small cache (no map), evicting as they go.
+    let db = builder(&vfs)
+        .cache_bytes(128 << 10)
+        .read_mapped(false)
+        .open("/s")
+        .unwrap();
+    let r = db.begin_read();
+    let t = r.open_table("t").unwrap();
+    let mut held = Vec::new();
+    for k in (0..10_000u32).step_by(97) {
+        // The first get decodes the leaf into the cache; the second finds
+        // it there and borrows the value.
+        t.get(k.to_be_bytes()).unwrap().unwrap();
+        let v = t.get(k.to_be_bytes()).unwrap().unwrap();
+        if matches!(v.0, super::item::ValueInner::Pinned(_)) {
+            held.push((k, v));
+        }
+    }
+    assert!(held.len() > 50, "{} values borrowed", held.len());
+    let before = db.stats().cache.evictions;
+    std::thread::scope(|s| {
+        for part in 0..2u32 {
+            let db = &db;
+            s.spawn(move || {
+                for _ in 0..3 {
+                    let r = db.begin_read();
+                    let t = r.open_table("t").unwrap();
+                    for k in (part..10_000).step_by(2) {
+                        assert_eq!(t.get(k.to_be_bytes()).unwrap().unwrap(), value(k));
+                    }
+                }
+            });
+        }
+        for _ in 0..3 {
+            for k in 0..10_000u32 {
+                assert_eq!(t.get(k.to_be_bytes()).unwrap().unwrap(), value(k));
+            }
+        }
+    });
+    assert!(db.stats().cache.evictions > before + 1000);
+    for (k, v) in &held {
+        assert_eq!(*v, value(*k), "key {k}");
+    }
+    drop(held);
+    drop(r);
+    db.close().unwrap();
+}

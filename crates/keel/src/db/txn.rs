@@ -230,7 +230,7 @@ impl Active {
     }
 
     /// The value of a full key as this transaction sees it.
-    pub(super) fn get_full(&self, key: &[u8]) -> Result<Option<Value>> {
+    pub(super) fn get_full(&self, key: &[u8]) -> Result<Option<Value<'static>>> {
         if let Some(v) = self.overlay.get(key) {
             return Ok(v.clone().map(Value::owned));
         }
@@ -693,7 +693,7 @@ impl<'t> TableMut<'t> {
     }
 
     /// The value of `key`, with this transaction's changes.
-    pub fn get(&self, key: impl AsRef<[u8]>) -> Result<Option<Value>> {
+    pub fn get(&self, key: impl AsRef<[u8]>) -> Result<Option<Value<'static>>> {
         self.check_key(key.as_ref())?;
         let (h, id) = self.id()?;
         let value = h.active.borrow().get_full(&full_key(id, key.as_ref()));

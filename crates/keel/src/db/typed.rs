@@ -467,7 +467,7 @@ fn check_types<K: KeyCodec, V: ValueCodec>(
     shared_path: &std::path::Path,
     name: &str,
     id: u32,
-    stored: Option<Value>,
+    stored: Option<Value<'static>>,
 ) -> Result<bool> {
     let Some(bytes) = stored else {
         return Ok(false);

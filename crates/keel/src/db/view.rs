@@ -3,7 +3,7 @@
 //! view itself is in `published.rs`; here, the store's work on it.
 
 use std::sync::atomic::Ordering;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use super::error::{DbError, Result};
 use super::layers::{Base, Layer};
@@ -150,6 +150,7 @@ impl Shared {
                 base,
                 lsn,
                 runs,
+                table_ids: Mutex::new(Vec::new()),
                 version,
             })
         };
