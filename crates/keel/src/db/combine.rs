@@ -38,7 +38,7 @@
 
 use std::panic::{self, AssertUnwindSafe};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, LazyLock, Mutex, MutexGuard};
 use std::time::Instant;
 
 use super::blind::Blind;
@@ -48,6 +48,7 @@ use super::options::Durability;
 use super::pending::MAX_UNAPPLIED_RUNS;
 use super::published::Published;
 use super::run::Run;
+use super::slot::{Queued, Slot, Ticket, TicketState, KEEP_GROUP_CAPACITY};
 use super::state::{OverlapCounters, Shared};
 use super::sync::lock;
 use super::txn::Active;
@@ -68,70 +69,6 @@ use crate::journal::{CommitHandle, JournalError, Lsn};
 /// the memtable it costs about 1 µs at a million keys).
 pub(super) const START_MIN_OPS: usize = 16;
 
-/// Bells queued committers sleep on ([`Bell`]): those queued between two
-/// takings of the queue share one, `generation % BELLS`, so that one
-/// system call wakes a group. At most 64: a [`Rings`] is a `u64` mask.
-pub(crate) const BELLS: usize = 64;
-
-/// The committers' bells.
-pub(crate) fn bells() -> Arc<[Bell]> {
-    (0..BELLS).map(|_| Bell::default()).collect()
-}
-
-/// The writer slot: the writer's state while no one holds it, and the
-/// blind transactions waiting to be committed.
-#[derive(Debug, Default)]
-pub(crate) struct Slot {
-    pub state: Option<WriterState>,
-    /// The thread that took the state with [`Shared::take_writer`] (a
-    /// write transaction's, when it reads), until it is given back: that
-    /// thread waiting for the slot would wait forever
-    /// ([`DbError::WouldDeadlock`]; `super::holder`). `None` while a
-    /// group's leader holds it: no caller's code runs then.
-    pub holder: Option<std::thread::ThreadId>,
-    queue: Vec<Queued>,
-    /// Transactions (or checkpoints) waiting in `take_writer`.
-    waiting: usize,
-    /// The queue goes first at the next hand-over (it waited while a
-    /// waiting transaction was given the slot).
-    queue_turn: bool,
-    /// Times the queue was taken: its committers sleep on bell
-    /// `generation % BELLS`.
-    generation: usize,
-    /// An emptied queue kept for the next: see [`GroupSpares`].
-    spare_queue: Vec<Queued>,
-}
-
-impl Slot {
-    /// Take the queued transactions (a group's members), so that those
-    /// queued next sleep on the next bell.
-    fn take_queue(&mut self) -> Vec<Queued> {
-        self.generation = self.generation.wrapping_add(1);
-        let spare = std::mem::take(&mut self.spare_queue);
-        std::mem::replace(&mut self.queue, spare)
-    }
-
-    /// Take the queue as a group led by `head`.
-    fn take_group(&mut self, head: Queued) -> Vec<Queued> {
-        let mut group = self.take_queue();
-        group.insert(0, head);
-        group
-    }
-
-    /// Keep `queue` (emptied, not too large) for [`Slot::take_queue`].
-    fn keep_queue(&mut self, mut queue: Vec<Queued>) {
-        queue.clear();
-        if self.spare_queue.capacity() == 0 && queue.capacity() <= KEEP_GROUP_CAPACITY {
-            self.spare_queue = queue;
-        }
-    }
-
-    /// The bell a transaction queued now sleeps on.
-    fn bell(&self) -> usize {
-        self.generation % BELLS
-    }
-}
-
 /// The vectors a group is committed with, kept from one group to the next
 /// instead of allocated and freed for each (and the queue's, in
 /// [`Slot`]).
@@ -145,6 +82,10 @@ impl Slot {
 #[derive(Debug, Default)]
 pub(crate) struct GroupSpares(Kept<GroupBufs>);
 
+/// The process's kept group vectors (its stores share them: they are
+/// empty, and a thread commits to one store at a time).
+static GROUP_SPARES: LazyLock<GroupSpares> = LazyLock::new(GroupSpares::default);
+
 /// One group's vectors (empty when kept).
 #[derive(Default)]
 struct GroupBufs {
@@ -157,9 +98,6 @@ struct GroupBufs {
 /// Group vectors kept: groups in flight at once (one being committed,
 /// a few waiting for the journal).
 const KEEP_GROUPS: usize = 8;
-
-/// Vectors longer than this are not kept.
-const KEEP_GROUP_CAPACITY: usize = 1024;
 
 impl GroupSpares {
     fn take(&self) -> GroupBufs {
@@ -180,37 +118,6 @@ impl GroupSpares {
         if cap.iter().all(|&c| c <= KEEP_GROUP_CAPACITY) {
             self.0.keep(b, KEEP_GROUPS);
         }
-    }
-}
-
-/// A blind transaction waiting in the queue.
-#[derive(Debug)]
-struct Queued {
-    ticket: Arc<Ticket>,
-    blind: Blind,
-    durability: Durability,
-}
-
-/// How a queued committer learns what became of its transaction: the
-/// state, set before its bell rings.
-#[derive(Debug)]
-struct Ticket {
-    /// Its bell's index, set under the slot's lock when it is queued.
-    bell: AtomicUsize,
-    state: Mutex<TicketState>,
-}
-
-#[derive(Debug)]
-enum TicketState {
-    Waiting,
-    Done(Result<()>),
-    /// Lead a group: the slot's state, and the ticket's own transaction.
-    Lead(WriterState, Queued),
-}
-
-impl Ticket {
-    fn bell(&self) -> usize {
-        self.bell.load(Ordering::Relaxed)
     }
 }
 
@@ -496,7 +403,7 @@ impl Shared {
 
     /// Replay, submit and apply one group (emptying `group`).
     fn run_group(self: &Arc<Self>, w: &mut WriterState, group: &mut Vec<Queued>) -> Group {
-        let bufs = self.group_spares.take();
+        let bufs = GROUP_SPARES.take();
         let mut g = Group {
             tickets: bufs.tickets,
             durability: bufs.durability,
@@ -854,7 +761,7 @@ impl Shared {
         };
         // After a failure every member is settled.
         if failure.is_some() || waiting.is_empty() {
-            self.group_spares.keep(GroupBufs { waiting, ..bufs });
+            GROUP_SPARES.keep(GroupBufs { waiting, ..bufs });
             // All `Eventual`: publish once durable.
             if let (None, Some(h)) = (&failure, last) {
                 self.publish_on_durable(h, last_lsn, |_| {});
@@ -865,7 +772,7 @@ impl Shared {
             list: waiting,
             bells: Arc::clone(&self.bells),
             published: Arc::clone(&self.published),
-            spares: Some((Arc::clone(&self.group_spares), bufs)),
+            spares: Some(bufs),
         };
         match last {
             // Nothing written: `Immediate` still waits for earlier commits.
@@ -893,15 +800,15 @@ struct Waiters {
     bells: Arc<[Bell]>,
     published: Arc<Published>,
     /// Where the group's vectors go back to once told, and they.
-    spares: Option<(Arc<GroupSpares>, GroupBufs)>,
+    spares: Option<GroupBufs>,
 }
 
 impl Waiters {
     fn tell(mut self, outcome: std::result::Result<(), Arc<str>>) {
         let mut list = std::mem::take(&mut self.list);
         tell_all(&mut list, &outcome, &self.bells);
-        if let Some((spares, bufs)) = self.spares.take() {
-            spares.keep(GroupBufs {
+        if let Some(bufs) = self.spares.take() {
+            GROUP_SPARES.keep(GroupBufs {
                 waiting: list,
                 ..bufs
             });

@@ -28,9 +28,9 @@
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, Weak};
 
-use super::combine::Slot;
 use super::error::{DbError, LockHolder, Result};
 use super::files::LOCK_FILE;
+use super::slot::Slot;
 use super::state::Shared;
 use super::sync::{lock, this_thread};
 use crate::io::{IoError, LockGuard, OpenMode, OpenOptions, Vfs, VfsFile};

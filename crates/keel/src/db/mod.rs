@@ -45,21 +45,22 @@
 //!    search until the memtable has them).
 //! 3. The store's state — `gate` (the direct commits' gate), `published`
 //!    (what new readers see, and the poison), `pending` (runs not yet in
-//!    the memtable), `state` (`Shared`, which holds them all, and the
+//!    the memtable), `slot` (the writer slot and the blind transactions
+//!    queued for it), `state` (`Shared`, which holds them all, and the
 //!    leases readers take of it).
 //! 4. Reads — `view` (taking, releasing and expiring snapshots), `read`
 //!    (read transactions, tables, scans).
 //! 5. Write transactions — `txn`.
-//! 6. The commit path — `combine` (the writer slot, groups of commits),
+//! 6. The commit path — `combine` (groups of commits under the slot),
 //!    `direct` (blind commits without the slot).
 //! 7. The store — `holder` (the lock), `live` (reading beside another
 //!    process's writer), `store` (opening, recovery, a commit's write),
 //!    `checkpoint`, `inspect` (`check`), and [`Database`] here.
 //! 8. On the store's API — `typed`, `backup`, `salvage/`, `fuzzing`.
 //!
-//! One import goes up: `state` names `combine`'s writer slot and the spare
-//! vectors of its groups, whose members are write transactions, which
-//! hold the `Shared`: a cycle of types that no order of files undoes.
+//! No import goes up. (A group's members are write transactions, which
+//! hold the `Shared`: the vectors groups are made in are kept by
+//! `combine` itself, not by the `Shared`.)
 
 #![deny(unsafe_code)]
 
@@ -92,6 +93,7 @@ mod read;
 mod record;
 mod run;
 mod salvage;
+mod slot;
 mod state;
 mod store;
 mod sync;

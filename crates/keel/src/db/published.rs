@@ -44,8 +44,9 @@ pub(super) struct Published {
     /// expired ([`DbError::SnapshotTooOld`](super::DbError::SnapshotTooOld)).
     pub(super) expired_below: AtomicU64,
     /// Bumped (under the view's lock, release) by every change to the
-    /// view a reader takes: a `Lease` made at version `v` is the
-    /// published snapshot while this still reads `v`.
+    /// base or the runs a reader takes (not by a publish that moves only
+    /// the LSN): a `LeaseBase` made at version `v` is the published base
+    /// and runs while this still reads `v`.
     pub(super) version: AtomicU64,
     pub(super) view_cv: Condvar,
     /// `view.lsn` as last published through [`Published::publish_to`],
@@ -108,9 +109,11 @@ impl Published {
         }
         let mut v = lock(&self.view);
         if lsn > v.lsn {
+            // Only the LSN moves (the version does not): a thread's next
+            // read transaction reads its lease's base at the new LSN
+            // (`Shared::lease`).
             v.lsn = lsn;
             self.lsn_now.store(lsn, Ordering::Release);
-            self.changed();
         }
         let wake = v.lsn_waiters > 0;
         drop(v);
@@ -139,8 +142,10 @@ impl Published {
         let publishable = self.order.complete(run.lsn);
         debug_assert_eq!(publishable, run.lsn, "a run published out of order");
         v.lsn = v.lsn.max(run.lsn);
-        self.lsn_now.store(v.lsn, Ordering::Release);
+        // The version before the LSN: a reader that sees the LSN sees
+        // that its lease's runs are not the published ones.
         self.changed();
+        self.lsn_now.store(v.lsn, Ordering::Release);
         let wake = v.lsn_waiters > 0;
         drop(v);
         if wake {
@@ -163,7 +168,14 @@ impl Published {
         self.changed();
     }
 
-    /// Note a change to the view (under its lock).
+    /// The published LSN, read without the lock (acquire: a version read
+    /// after it is at least the one it was published with).
+    pub(super) fn lsn_now(&self) -> Lsn {
+        self.lsn_now.load(Ordering::Acquire)
+    }
+
+    /// Note a change to the view's base or runs (under its lock; before
+    /// a new LSN that needs it is stored in `lsn_now`).
     pub(super) fn changed(&self) {
         self.version.fetch_add(1, Ordering::Release);
     }

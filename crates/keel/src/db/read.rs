@@ -490,7 +490,7 @@ impl<'a> Iter<'a> {
             return Iter::failed(e);
         }
         let mut it = Iter::new(
-            &txn.lease.base,
+            &txn.lease.tree,
             &txn.lease.shared.cache,
             s,
             e,
@@ -612,7 +612,7 @@ impl ReadTxn {
     /// [`DbError::SnapshotTooOld`]).
     fn live(&self) -> Result<()> {
         let l = &self.lease;
-        l.shared.check_snapshot(l.base.gen, l.lsn)
+        l.shared.check_snapshot(l.tree.gen, l.lsn)
     }
 
     /// The value of a full key in this snapshot.
@@ -624,7 +624,7 @@ impl ReadTxn {
             }
         }
         let l = &self.lease;
-        Ok(l.base.get(&l.shared.cache, key, l.lsn)?.map(Value::found))
+        Ok(l.tree.get(&l.shared.cache, key, l.lsn)?.map(Value::found))
     }
 
     /// The value of a full key in this snapshot, borrowed where it lies
@@ -638,7 +638,7 @@ impl ReadTxn {
             }
         }
         let l = &self.lease;
-        Ok(l.base
+        Ok(l.tree
             .get_ref(&l.shared.cache, key, l.lsn)?
             .map(Value::found_ref))
     }

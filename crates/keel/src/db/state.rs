@@ -13,7 +13,6 @@ use std::sync::{Arc, Condvar, Mutex};
 
 use crossbeam_utils::CachePadded;
 
-use super::combine::{GroupSpares, Slot};
 use super::helper::Helper;
 use super::layers::Base;
 use super::meta::Meta;
@@ -22,6 +21,7 @@ use super::pending::Unapplied;
 use super::placement::Placement;
 use super::published::Published;
 use super::run::Runs;
+use super::slot::Slot;
 use crate::bell::Bell;
 use crate::btree::{PageCache, PageNo, PageSize};
 use crate::io::{LockGuard, VfsFile};
@@ -141,8 +141,6 @@ pub(crate) struct Shared {
     pub(super) writer_cv: Condvar,
     /// What queued blind commits sleep on (`combine`).
     pub(super) bells: Arc<[Bell]>,
-    /// Vectors kept between groups of commits (`combine`).
-    pub(super) group_spares: Arc<GroupSpares>,
     /// What readers see, and the poison: shared with journal callbacks
     /// (which must not hold the store itself: the last reference dropped
     /// on a journal thread would join that thread).
@@ -232,19 +230,38 @@ impl std::fmt::Debug for Shared {
 /// A published snapshot held for read transactions: the ones a thread
 /// begins while nothing new is published share one, so beginning one
 /// writes only to this thread's stripe and to the lease's count (which
-/// only this thread's transactions change). Registered as a reader of its
-/// base's generation from its making until its last holder drops it.
+/// only this thread's transactions change). A publish that moves only
+/// the LSN (the base and the runs unchanged: a commit made without the
+/// writer slot) gives the thread's next transaction a new lease on the
+/// same [`LeaseBase`], made without the view's lock.
 pub(crate) struct Lease {
-    pub shared: Arc<Shared>,
-    pub base: Arc<Base>,
+    pub base: Arc<LeaseBase>,
+    /// The LSN read: at least `base`'s, at most the published one.
     pub lsn: Lsn,
-    /// Commits at or below `lsn` not yet in `base`'s memtable when the
-    /// lease was made, oldest first (`super::pending`).
-    pub runs: Option<Runs>,
-    /// Table ids this snapshot's catalog gave, by name: a thread's read
-    /// transactions between two publishes look a table up once (at most
+    /// Table ids the catalog gave at `lsn`, by name: a thread's read
+    /// transactions at one LSN look a table up once (at most
     /// [`TABLE_IDS`]; a lock only this thread's transactions take).
     pub table_ids: Mutex<Vec<(Box<str>, u32)>>,
+}
+
+impl std::ops::Deref for Lease {
+    type Target = LeaseBase;
+    fn deref(&self) -> &LeaseBase {
+        &self.base
+    }
+}
+
+/// What a lease reads, registered as a reader of its base's generation
+/// from its making until its last lease drops it.
+pub(crate) struct LeaseBase {
+    pub shared: Arc<Shared>,
+    pub tree: Arc<Base>,
+    /// Commits not yet in `tree`'s memtable when it was made, oldest first
+    /// (`super::pending`); the view's version says it is still the list.
+    pub runs: Option<Runs>,
+    /// The view's version when it was made: while the view still has it,
+    /// `tree` and `runs` are what is published (only the LSN may have
+    /// moved).
     pub(super) version: u64,
 }
 
@@ -259,9 +276,9 @@ impl std::fmt::Debug for Lease {
     }
 }
 
-impl Drop for Lease {
+impl Drop for LeaseBase {
     fn drop(&mut self) {
-        self.shared.unpin(self.base.gen);
+        self.shared.unpin(self.tree.gen);
     }
 }
 

@@ -14,7 +14,7 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::time::Instant;
 
 use super::blind::Record;
-use super::combine::{Slot, START_MIN_OPS};
+use super::combine::START_MIN_OPS;
 use super::error::{DbError, Result};
 use super::files::{CLEAN_FILE, DATA_FILE, JOURNAL_DIR};
 use super::freelist;
@@ -25,6 +25,7 @@ use super::options::{Durability, Options};
 use super::placement::{allowed_cpus, Placement};
 use super::published::Published;
 use super::record::{self, Op};
+use super::slot::Slot;
 use super::state::{Access, CkptCtl, Counters, Shared, Space};
 use super::sync::{lock, panic_message};
 use super::writer::WriterState;
@@ -389,8 +390,7 @@ impl Shared {
             journal,
             writer: Mutex::new(Slot::default()),
             writer_cv: Condvar::new(),
-            bells: super::combine::bells(),
-            group_spares: Arc::default(),
+            bells: super::slot::bells(),
             published: Arc::new(Published::new(Arc::clone(&base), meta.checkpoint_lsn)),
             leases: super::state::leases(),
             read_txns: Default::default(),

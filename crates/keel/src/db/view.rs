@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex};
 use super::error::{DbError, Result};
 use super::layers::{Base, Layer};
 use super::run::Runs;
-use super::state::{Lease, Shared};
+use super::state::{Lease, LeaseBase, Shared};
 use super::sync::lock;
 use super::writer::WriterState;
 use crate::journal::Lsn;
@@ -138,25 +138,46 @@ impl Shared {
     /// `STRIPES` threads read; no write another reader makes), else a new
     /// one made under the view's lock and kept in the stripe.
     pub(crate) fn lease(self: &Arc<Self>) -> Arc<Lease> {
+        // The LSN first: a publish that changes the base or the runs
+        // changes the version before it stores its LSN, so a version
+        // read after an LSN is at least the one that LSN needs.
+        let lsn = self.published.lsn_now();
         let version = self.published.version.load(Ordering::Acquire);
         let stripe = &self.leases[stripe()];
-        if let Some(l) = lock(stripe).as_ref().filter(|l| l.version == version) {
-            return Arc::clone(l);
-        }
-        let lease = {
-            let (base, lsn, runs, version) = self.pin_versioned();
-            Arc::new(Lease {
-                shared: Arc::clone(self),
-                base,
-                lsn,
-                runs,
-                table_ids: Mutex::new(Vec::new()),
-                version,
-            })
+        let old = {
+            let mut kept = lock(stripe);
+            match kept.as_ref().filter(|l| l.version == version) {
+                Some(l) if l.lsn >= lsn => return Arc::clone(l),
+                // Only the LSN moved: the same base, read at the new LSN.
+                Some(l) => {
+                    let lease = Arc::new(Lease {
+                        base: Arc::clone(&l.base),
+                        lsn,
+                        table_ids: Mutex::new(Vec::new()),
+                    });
+                    let old = kept.replace(Arc::clone(&lease));
+                    drop(kept);
+                    drop(old);
+                    return lease;
+                }
+                None => kept.take(),
+            }
         };
-        let old = lock(stripe).replace(Arc::clone(&lease));
         // Dropped outside the stripe's lock: the last reference unpins
         // under the view's.
+        drop(old);
+        let (tree, lsn, runs, version) = self.pin_versioned();
+        let lease = Arc::new(Lease {
+            base: Arc::new(LeaseBase {
+                shared: Arc::clone(self),
+                tree,
+                runs,
+                version,
+            }),
+            lsn,
+            table_ids: Mutex::new(Vec::new()),
+        });
+        let old = lock(stripe).replace(Arc::clone(&lease));
         drop(old);
         lease
     }
