@@ -4,7 +4,7 @@
 //! (`view.rs`).
 
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 
 use super::gate::DirectGate;
@@ -19,7 +19,6 @@ use crate::journal::Lsn;
 #[derive(Debug)]
 pub(super) struct View {
     pub base: Arc<Base>,
-    pub lsn: Lsn,
     pub readers: BTreeMap<u64, usize>,
     /// Durable commits published before their changes are in the active
     /// memtable, oldest first (`None`: none). See `super::pending`.
@@ -27,9 +26,6 @@ pub(super) struct View {
     /// The list `runs` last emptied into, kept for the next publish (no
     /// reader holds it: it is never shown).
     pub(super) spare_runs: Option<Runs>,
-    /// Threads in `wait_published` (a publish notifies only then: a
-    /// notify nobody waits for is still a futex call, once per commit).
-    pub(super) lsn_waiters: usize,
     /// Memtables that folds replaced while readers still held them: the
     /// generation `g` of the fold that replaced each (readers of a base
     /// older than `g` hold it) and its bytes. See `Shared::retire`.
@@ -49,9 +45,13 @@ pub(super) struct Published {
     /// and runs while this still reads `v`.
     pub(super) version: AtomicU64,
     pub(super) view_cv: Condvar,
-    /// `view.lsn` as last published through [`Published::publish_to`],
-    /// read without the lock: at most `view.lsn`.
+    /// The published LSN: raised (never lowered) without the view's lock
+    /// by [`Published::publish_to`], under it by
+    /// [`Published::publish_run`].
     pub(super) lsn_now: AtomicU64,
+    /// Threads in `wait_published` (a publish notifies only then: a
+    /// notify nobody waits for is still a futex call, once per commit).
+    pub(super) lsn_waiters: AtomicUsize,
     /// Which LSNs are applied and durable: what may be published.
     pub order: ApplyOrder,
     /// The gate of commits made without the writer slot.
@@ -69,17 +69,16 @@ impl Published {
         Published {
             view: Mutex::new(View {
                 base,
-                lsn,
                 readers: BTreeMap::new(),
                 runs: None,
                 spare_runs: None,
-                lsn_waiters: 0,
                 retired: Vec::new(),
             }),
             expired_below: AtomicU64::new(0),
             version: AtomicU64::new(0),
             view_cv: Condvar::new(),
             lsn_now: AtomicU64::new(lsn),
+            lsn_waiters: AtomicUsize::new(0),
             order: ApplyOrder::default(),
             direct: DirectGate::default(),
             poison: Mutex::new(None),
@@ -104,20 +103,23 @@ impl Published {
     /// the published LSN never moves back. `lsn` must be durable and
     /// applied, with every LSN below it (what [`ApplyOrder`] returns).
     pub(super) fn publish_to(&self, lsn: Lsn) {
-        if lsn <= self.lsn_now.load(Ordering::Acquire) {
+        // Without the view's lock: only the LSN moves (the version does
+        // not), so a thread's next read transaction reads its lease's
+        // base at the new LSN (`Shared::lease`).
+        if self.lsn_now.fetch_max(lsn, Ordering::SeqCst) >= lsn {
             return;
         }
-        let mut v = lock(&self.view);
-        if lsn > v.lsn {
-            // Only the LSN moves (the version does not): a thread's next
-            // read transaction reads its lease's base at the new LSN
-            // (`Shared::lease`).
-            v.lsn = lsn;
-            self.lsn_now.store(lsn, Ordering::Release);
-        }
-        let wake = v.lsn_waiters > 0;
-        drop(v);
-        if wake {
+        self.wake_waiters();
+    }
+
+    /// Wake the threads in `wait_published`, if any. After a store of a
+    /// new LSN (sequentially consistent, as the waiters' count and their
+    /// check of the LSN: a waiter either sees the LSN or is counted here),
+    /// and through the view's lock (a counted waiter is either still
+    /// before its wait, holding the lock, or waiting).
+    fn wake_waiters(&self) {
+        if self.lsn_waiters.load(Ordering::SeqCst) > 0 {
+            drop(lock(&self.view));
             self.view_cv.notify_all();
         }
     }
@@ -141,16 +143,12 @@ impl Published {
         self.order.durable(run.lsn);
         let publishable = self.order.complete(run.lsn);
         debug_assert_eq!(publishable, run.lsn, "a run published out of order");
-        v.lsn = v.lsn.max(run.lsn);
         // The version before the LSN: a reader that sees the LSN sees
         // that its lease's runs are not the published ones.
         self.changed();
-        self.lsn_now.store(v.lsn, Ordering::Release);
-        let wake = v.lsn_waiters > 0;
+        self.lsn_now.fetch_max(run.lsn, Ordering::SeqCst);
         drop(v);
-        if wake {
-            self.view_cv.notify_all();
-        }
+        self.wake_waiters();
     }
 
     /// Stop showing the run of `lsn` to new readers: its changes are in

@@ -417,7 +417,7 @@ impl Shared {
         shared
             .dirty_bytes
             .store(base.mem_bytes(), Ordering::Relaxed);
-        lock(&shared.published.view).lsn = last;
+        shared.published.lsn_now.store(last, Ordering::Release);
         lock(&shared.writer).state = Some(WriterState::new(base, last));
         Ok(Arc::new(shared))
     }

@@ -36,7 +36,10 @@ impl Shared {
     /// view's version.
     fn pin_versioned(&self) -> (Arc<Base>, Lsn, Option<Runs>, u64) {
         let mut v = lock(&self.published.view);
-        let (base, lsn, runs) = (Arc::clone(&v.base), v.lsn, v.runs.clone());
+        let (base, runs) = (Arc::clone(&v.base), v.runs.clone());
+        // Under the lock: no base or runs change meanwhile (an LSN-only
+        // publish may: any LSN read now is one the base and runs show).
+        let lsn = self.published.lsn_now();
         *v.readers.entry(base.gen).or_insert(0) += 1;
         let version = self.published.version.load(Ordering::Relaxed);
         (base, lsn, runs, version)
@@ -214,26 +217,30 @@ impl Shared {
 
     /// The published LSN.
     pub(crate) fn published_lsn(&self) -> Lsn {
-        lock(&self.published.view).lsn
+        self.published.lsn_now()
     }
 
     /// Wait until the published LSN reaches `lsn` (or the store is
     /// poisoned).
     pub(crate) fn wait_published(&self, lsn: Lsn) -> Result<()> {
-        if self.published.lsn_now.load(Ordering::Acquire) >= lsn {
+        let p = &self.published;
+        if p.lsn_now() >= lsn {
             return Ok(());
         }
-        let mut v = lock(&self.published.view);
-        while v.lsn < lsn {
+        let mut v = lock(&p.view);
+        loop {
             self.check_poison()?;
-            v.lsn_waiters += 1;
-            v = self
-                .published
-                .view_cv
-                .wait(v)
-                .unwrap_or_else(|e| e.into_inner());
-            v.lsn_waiters -= 1;
+            // Counted before the check (both sequentially consistent, as
+            // the publisher's store and its read of the count): a publish
+            // this check misses sees the count and wakes us through the
+            // lock we hold until we wait.
+            p.lsn_waiters.fetch_add(1, Ordering::SeqCst);
+            if p.lsn_now.load(Ordering::SeqCst) >= lsn {
+                p.lsn_waiters.fetch_sub(1, Ordering::SeqCst);
+                return Ok(());
+            }
+            v = p.view_cv.wait(v).unwrap_or_else(|e| e.into_inner());
+            p.lsn_waiters.fetch_sub(1, Ordering::SeqCst);
         }
-        Ok(())
     }
 }
