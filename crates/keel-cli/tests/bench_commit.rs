@@ -217,6 +217,9 @@ fn store_is_the_default_and_runs_every_workload() {
         .contains("loaded 3000"));
     let gets = v["commits"].as_u64().unwrap();
     assert!(gets > 100, "{v}");
+    // An r1 "commit" is one get: ops are the gets, not gets × the load's
+    // batch.
+    assert_eq!(v["ops"].as_u64(), Some(gets), "{v}");
     let rate = v["commits_per_s"].as_f64().unwrap();
     let total_s = v["total_ms"].as_f64().unwrap() / 1e3;
     // Both figures are printed rounded (0.1 gets/s, 0.01 ms): the

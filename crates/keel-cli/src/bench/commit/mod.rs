@@ -502,7 +502,11 @@ impl Outcome {
     pub fn to_json(&self, spec: &Spec) -> serde_json::Value {
         let total_ms = self.elapsed.as_secs_f64() * 1e3;
         let s = self.latency.summary();
-        let ops = self.commits * spec.batch as u64;
+        // r1's batch is its load's: each of its "commits" is one get.
+        let ops = match spec.workload {
+            Workload::R1 => self.commits,
+            _ => self.commits * spec.batch as u64,
+        };
         let mut info = self.info.clone();
         info["context_switches"] = json!(self.context_switches);
         info["context_switches_per_commit"] = json!(round(self.cs_per_commit(), 3));
