@@ -28,6 +28,19 @@ pub(super) fn full_key(id: u32, key: &[u8]) -> Vec<u8> {
     k
 }
 
+/// Run `f` on the full key of `key` in table `id`, made on the stack
+/// when it is short (a point read's key: no allocation per get).
+pub(super) fn with_full_key<R>(id: u32, key: &[u8], f: impl FnOnce(&[u8]) -> R) -> R {
+    let mut buf = [0u8; 64];
+    let len = PREFIX + key.len();
+    if len > buf.len() {
+        return f(&full_key(id, key));
+    }
+    buf[..PREFIX].copy_from_slice(&id.to_be_bytes());
+    buf[PREFIX..len].copy_from_slice(key);
+    f(&buf[..len])
+}
+
 /// The table id a catalog entry's value holds.
 pub(super) fn decode_id(path: &Path, v: &[u8]) -> Result<u32> {
     let b: [u8; 4] = v.try_into().map_err(|_| DbError::Corrupt {
@@ -334,6 +347,16 @@ mod tests {
         assert!(
             Key::owned_full(b"\0\0\0\x01a".to_vec()) < Key::owned_full(b"\0\0\0\x01b".to_vec())
         );
+    }
+
+    #[test]
+    fn a_full_key_is_the_same_on_the_stack_and_in_a_vec() {
+        for len in [0, 1, 59, 60, 61, 300] {
+            let key: Vec<u8> = (0..len).map(|i| i as u8).collect();
+            with_full_key(0x0102_0304, &key, |k| {
+                assert_eq!(k, full_key(0x0102_0304, &key))
+            });
+        }
     }
 
     #[test]

@@ -18,7 +18,7 @@ use std::sync::Arc;
 
 use super::error::{DbError, Result};
 use super::item::FoundRef;
-use super::item::{Key, KeyValue, Value};
+use super::item::{with_full_key, Key, KeyValue, Value};
 use super::layers::Base;
 use super::run::Run;
 use super::state::{Lease, Shared, TABLE_IDS};
@@ -732,7 +732,7 @@ impl std::fmt::Debug for Table<'_> {
 impl<'t> Table<'t> {
     /// The value of `key`, if present.
     pub fn get(&self, key: impl AsRef<[u8]>) -> Result<Option<Value<'t>>> {
-        self.txn.get_full_ref(&full_key(self.id, key.as_ref()))
+        with_full_key(self.id, key.as_ref(), |k| self.txn.get_full_ref(k))
     }
 
     /// Whether `key` is present.
