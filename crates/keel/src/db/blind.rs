@@ -247,16 +247,7 @@ impl Blind {
             }
         }
         drop(known);
-        self.set_table_ids();
-        let large = self
-            .puts
-            .iter()
-            .filter_map(|p| p.large.as_ref().map(|v| (p.value_at(), v)))
-            .collect();
-        Ok(Some(Record {
-            buf: Cow::Borrowed(&self.bytes),
-            large,
-        }))
+        Ok(Some(self.record_with_ids()))
     }
 
     /// The record straight from the puts (as [`Blind::encode_direct`]),
@@ -275,16 +266,21 @@ impl Blind {
             let &(_, id) = known.iter().find(|(n, _)| **n == **name)?;
             self.ids.push(id);
         }
+        Some(self.record_with_ids())
+    }
+
+    /// The record, once `ids` holds each table's id: set in the bytes.
+    fn record_with_ids(&mut self) -> Record<'_> {
         self.set_table_ids();
         let large = self
             .puts
             .iter()
             .filter_map(|p| p.large.as_ref().map(|v| (p.value_at(), v)))
             .collect();
-        Some(Record {
+        Record {
             buf: Cow::Borrowed(&self.bytes),
             large,
-        })
+        }
     }
 
     /// The record's bytes: each put's full key is in them (its table's

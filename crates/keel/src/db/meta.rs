@@ -194,19 +194,24 @@ pub fn choose(slot0: &[u8], slot1: &[u8]) -> Result<(Meta, Option<MetaError>), [
     }
 }
 
+/// The [`META_BYTES`] at `at` in a data file `len` bytes long: zeros
+/// where the file ends before them (a slot never written reads as an
+/// invalid meta, not as an error).
+pub(crate) fn read_meta_at(data: &dyn VfsFile, len: u64, at: u64) -> Result<Vec<u8>> {
+    let mut b = vec![0u8; META_BYTES];
+    if at + b.len() as u64 <= len {
+        data.read_exact_at(&mut b, at)?;
+    }
+    Ok(b)
+}
+
 /// The two meta slots' bytes. Slot 1 is page 1, whose offset is the page
 /// size, which the meta itself states: take it from slot 0, or, when slot
 /// 0 is not valid, try every page size for a slot 1 that states its own
 /// offset.
 pub(crate) fn read_metas(data: &dyn VfsFile) -> Result<(Vec<u8>, Vec<u8>)> {
     let len = data.len()?;
-    let read = |at: u64| -> Result<Vec<u8>> {
-        let mut b = vec![0u8; META_BYTES];
-        if at + b.len() as u64 <= len {
-            data.read_exact_at(&mut b, at)?;
-        }
-        Ok(b)
-    };
+    let read = |at: u64| read_meta_at(data, len, at);
     let slot0 = read(0)?;
     let sizes: Vec<u64> = match Meta::decode(&slot0) {
         Ok(m) => vec![m.page_size as u64],

@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use super::super::error::{DbError, Result};
 use super::super::files::{DATA_FILE, LOCK_FILE};
-use super::super::meta::{Meta, MetaError, META_BYTES};
+use super::super::meta::{self, Meta, MetaError};
 use crate::btree::{MAX_PAGE_BYTES, MIN_PAGE_BYTES};
 use crate::io::{IoError, LockGuard, OpenMode, OpenOptions, Vfs, VfsFile};
 
@@ -68,13 +68,7 @@ pub(super) fn open(vfs: &dyn Vfs, from: &Path) -> Result<Source> {
 /// store's open does).
 fn read_slots(data: &dyn VfsFile) -> Result<[std::result::Result<Meta, MetaError>; 2]> {
     let len = data.len()?;
-    let read = |at: u64| -> Result<Vec<u8>> {
-        let mut b = vec![0u8; META_BYTES];
-        if at + b.len() as u64 <= len {
-            data.read_exact_at(&mut b, at)?;
-        }
-        Ok(b)
-    };
+    let read = |at: u64| meta::read_meta_at(data, len, at);
     let slot0 = Meta::decode(&read(0)?);
     let sizes: Vec<u64> = match slot0 {
         Ok(m) => vec![u64::from(m.page_size)],
