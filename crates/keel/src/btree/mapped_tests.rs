@@ -3,7 +3,6 @@
 //! page is decoded (a load) or a leaf is searched in place (a lookup that
 //! misses a full cache).
 
-use std::path::Path;
 use std::sync::Arc;
 
 use crossbeam_epoch as epoch;
@@ -12,8 +11,8 @@ use super::forge::{branch_page, leaf_page};
 use super::page::{page_crc, PAGE_HEADER_BYTES};
 use super::test_disk::Disk;
 use super::*;
-use crate::io::test_files::{real_file, sim_file};
-use crate::io::{OpenMode, OpenOptions, SimVfs, Vfs, VfsFile};
+use crate::io::test_files::{real_file, sim_file, sim_vfs_file};
+use crate::io::VfsFile;
 
 const PS: PageSize = PageSize::DEFAULT;
 
@@ -306,14 +305,7 @@ fn old_snapshots_read_across_remaps() {
 /// read through the map and the cache.
 #[test]
 fn a_writers_loads_skip_the_cache_and_the_map() {
-    let vfs = SimVfs::new(5);
-    vfs.create_dir_durable(Path::new("/db")).unwrap();
-    let file = vfs
-        .open(
-            Path::new("/db/data"),
-            OpenOptions::new(OpenMode::Buffered).create(true),
-        )
-        .unwrap();
+    let (vfs, file) = sim_vfs_file(5);
     let cache = || {
         PageCache::new(Arc::clone(&file), PS, 64 << 20)
             .with_mapped_reads(true)

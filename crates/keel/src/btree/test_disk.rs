@@ -1,11 +1,11 @@
 //! A data file on the simulated file system, and checkpoints into it, for
 //! the tree's tests.
 
-use std::path::Path;
 use std::sync::Arc;
 
 use super::*;
-use crate::io::{OpenMode, OpenOptions, SimVfs, SyncKind, Vfs, VfsFile};
+use crate::io::test_files::sim_file;
+use crate::io::{SyncKind, VfsFile};
 
 pub(crate) struct Disk {
     pub(crate) file: Arc<dyn VfsFile>,
@@ -26,14 +26,7 @@ impl Disk {
 
     /// A disk whose caches read through a map (`mapped`) or with `pread`.
     pub(crate) fn reading(page_size: PageSize, cache_bytes: usize, mapped: bool) -> Disk {
-        let vfs = SimVfs::new(7);
-        vfs.create_dir_durable(Path::new("/db")).unwrap();
-        let file = vfs
-            .open(
-                Path::new("/db/data"),
-                OpenOptions::new(OpenMode::Buffered).create(true),
-            )
-            .unwrap();
+        let file = sim_file(7);
         Disk {
             cache: cache(&file, page_size, cache_bytes, mapped),
             file,

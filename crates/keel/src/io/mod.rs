@@ -395,12 +395,19 @@ pub(crate) mod test_files {
     /// A fresh buffered file `/db/data` on a simulated file system seeded
     /// with `seed`.
     pub(crate) fn sim_file(seed: u64) -> Arc<dyn VfsFile> {
+        sim_vfs_file(seed).1
+    }
+
+    /// [`sim_file`], with its file system (for its counters).
+    pub(crate) fn sim_vfs_file(seed: u64) -> (Arc<SimVfs>, Arc<dyn VfsFile>) {
         let vfs = SimVfs::new(seed);
         vfs.create_dir_durable(Path::new("/db")).unwrap();
-        vfs.open(
-            Path::new("/db/data"),
-            OpenOptions::new(OpenMode::Buffered).create(true),
-        )
-        .unwrap()
+        let file = vfs
+            .open(
+                Path::new("/db/data"),
+                OpenOptions::new(OpenMode::Buffered).create(true),
+            )
+            .unwrap();
+        (vfs, file)
     }
 }
