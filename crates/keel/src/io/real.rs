@@ -194,16 +194,22 @@ fn direct_alignment(file: &File, path: &Path) -> usize {
     crate::io::device_logical_block_size(path).unwrap_or(FALLBACK_BLOCK_SIZE)
 }
 
-/// Take the `flock` on `path`, retrying for `retry` while it is held.
-fn lock_file(path: &Path, retry: std::time::Duration) -> Result<Box<dyn LockGuard>> {
-    let file = std::fs::OpenOptions::new()
+/// Open `path` to read and write, creating it (mode `0600`, less the
+/// umask) if missing and never truncating it: a store's small shared
+/// files (`LOCK`, `LIVE`).
+pub(crate) fn open_or_create_rw(path: &Path) -> std::io::Result<File> {
+    std::fs::OpenOptions::new()
         .read(true)
         .write(true)
         .create(true)
         .truncate(false)
         .mode(0o600)
         .open(path)
-        .map_err(os("open lock file", path))?;
+}
+
+/// Take the `flock` on `path`, retrying for `retry` while it is held.
+fn lock_file(path: &Path, retry: std::time::Duration) -> Result<Box<dyn LockGuard>> {
+    let file = open_or_create_rw(path).map_err(os("open lock file", path))?;
     // flock locks belong to the open file description, so a second open
     // in the same process conflicts too — which is what we want. So
     // does a child process that another thread is starting: between

@@ -12,11 +12,11 @@
 //! shortens the file: a mapped page past a file's end raises `SIGBUS`.
 
 use std::fs::File;
-use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
+use super::real::open_or_create_rw;
 use super::{IoError, Result};
 
 /// Bytes of a shared map: eight 64-bit words.
@@ -38,14 +38,7 @@ impl SharedMap {
     /// shortened: a reader may have it mapped).
     pub fn create(path: &Path) -> Result<SharedMap> {
         let os = |op| move |e| IoError::os(op, path, e);
-        let file = std::fs::OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .mode(0o600)
-            .open(path)
-            .map_err(os("open"))?;
+        let file = open_or_create_rw(path).map_err(os("open"))?;
         if file.metadata().map_err(os("stat"))?.len() < SHARED_MAP_BYTES as u64 {
             file.set_len(SHARED_MAP_BYTES as u64)
                 .map_err(os("set_len"))?;
