@@ -147,39 +147,32 @@ impl Shared {
         let lsn = self.published.lsn_now();
         let version = self.published.version.load(Ordering::Acquire);
         let stripe = &self.leases[stripe()];
-        let old = {
-            let mut kept = lock(stripe);
-            match kept.as_ref().filter(|l| l.version == version) {
-                Some(l) if l.lsn >= lsn => return Arc::clone(l),
-                // Only the LSN moved: the same base, read at the new LSN.
-                Some(l) => {
-                    let lease = Arc::new(Lease {
-                        base: Arc::clone(&l.base),
-                        lsn,
-                        table_ids: Mutex::new(Vec::new()),
-                    });
-                    let old = kept.replace(Arc::clone(&lease));
-                    drop(kept);
-                    drop(old);
-                    return lease;
-                }
-                None => kept.take(),
+        let same_base = match lock(stripe).as_ref().filter(|l| l.version == version) {
+            Some(l) if l.lsn >= lsn => return Arc::clone(l),
+            // Only the LSN moved: the same base, read at the new LSN.
+            Some(l) => Some(Arc::clone(&l.base)),
+            None => None,
+        };
+        let (base, lsn) = match same_base {
+            Some(base) => (base, lsn),
+            None => {
+                let (tree, lsn, runs, version) = self.pin_versioned();
+                let base = LeaseBase {
+                    shared: Arc::clone(self),
+                    tree,
+                    runs,
+                    version,
+                };
+                (Arc::new(base), lsn)
             }
         };
-        // Dropped outside the stripe's lock: the last reference unpins
-        // under the view's.
-        drop(old);
-        let (tree, lsn, runs, version) = self.pin_versioned();
         let lease = Arc::new(Lease {
-            base: Arc::new(LeaseBase {
-                shared: Arc::clone(self),
-                tree,
-                runs,
-                version,
-            }),
+            base,
             lsn,
             table_ids: Mutex::new(Vec::new()),
         });
+        // The old lease is dropped outside the stripe's lock: its last
+        // reference unpins under the view's.
         let old = lock(stripe).replace(Arc::clone(&lease));
         drop(old);
         lease
