@@ -184,6 +184,7 @@ fn stats_json(before: &Stats, after: &Stats) -> serde_json::Value {
         "checkpoint_ms": round(after.checkpoint_ms - before.checkpoint_ms, 1),
         "fold_parts": after.fold_parts - before.fold_parts,
         "store_commits": after.commits - before.commits,
+        "direct_commits": after.direct_commits - before.direct_commits,
         "commit_groups": after.commit_groups - before.commit_groups,
         "commits_per_group": round(
             (after.grouped_commits - before.grouped_commits) as f64
@@ -476,7 +477,8 @@ fn timings_json(
                    while the journal writes); build = the puts into the transaction's blind \
                    list, no slot held; commit_wait = the rest of the commit call (waiting for the \
                    slot or the group's leader, for the journal, publishing); begin_wait = \
-                   begin_write (backpressure only)",
+                   begin_write (backpressure only); a direct commit (direct_commits) inserts its \
+                   own puts without the slot, so it adds nothing to serial_us",
     })
 }
 
