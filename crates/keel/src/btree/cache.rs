@@ -8,7 +8,7 @@
 //! maps the file answers from the mapped page without decoding it.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use crossbeam_epoch::{self as epoch, Guard};
@@ -17,7 +17,7 @@ use super::bound::Visited;
 use super::leaf::OverflowValue;
 use super::node::{lock, Node};
 use super::page::{decode_node, decode_overflow, search_leaf, FoundCell, LeafSearch};
-use super::pagetable::{Cached, PageTable, MAX_PAGES};
+use super::pagetable::{PageTable, MAX_PAGES};
 use super::{BtreeError, Location, PageNo, PageSize};
 use crate::io::{AlignedBuf, GrowingMap, VfsFile};
 use crate::stripe::Striped;
@@ -209,22 +209,82 @@ pub struct CacheStats {
     pub remaps: u64,
 }
 
+/// A node borrowed for `'g` from an `Arc` that keeps it at least that
+/// long: the page cache's, under the reader's epoch pin, or the root's
+/// holder. It is turned back into an `Arc` (a count, no copy) when a
+/// caller must keep it past `'g`.
+#[derive(Clone, Copy, Debug)]
+pub struct Lent<'g>(&'g Node);
+
+impl<'g> Lent<'g> {
+    /// Borrow the node `arc` holds.
+    pub fn of(arc: &'g Arc<Node>) -> Lent<'g> {
+        Lent(arc)
+    }
+
+    /// Borrow `node`, which the page table holds in an `Arc`.
+    ///
+    /// # Safety
+    /// `node` is the contents of an `Arc<Node>` of which a strong
+    /// reference lives at least as long as `'g`.
+    #[allow(unsafe_code)]
+    pub(crate) unsafe fn in_arc(node: &'g Node) -> Lent<'g> {
+        Lent(node)
+    }
+
+    /// The node, for `'g`.
+    pub fn node(self) -> &'g Node {
+        self.0
+    }
+
+    /// A reference of its own to the node.
+    pub fn to_arc(self) -> Arc<Node> {
+        let p: *const Node = self.0;
+        // SAFETY: a `Lent` is made only from a node inside an `Arc` with
+        // a strong reference alive for `'g` (`Lent::of`, `Lent::in_arc`),
+        // so the count is at least one here; taking one more and owning
+        // it with `from_raw` is `Arc::clone` of that reference.
+        #[allow(unsafe_code)]
+        unsafe {
+            Arc::increment_strong_count(p);
+            Arc::from_raw(p)
+        }
+    }
+}
+
+impl std::ops::Deref for Lent<'_> {
+    type Target = Node;
+    fn deref(&self) -> &Node {
+        self.0
+    }
+}
+
 /// A node a reader reached while pinned: borrowed from the cache (alive
 /// while the pin lasts, with no reference count touched) or its own
 /// reference (read from the file, or from a source that does not pin).
 #[derive(Debug)]
 pub enum NodeRef<'g> {
-    /// Borrowed from the cache under the reader's pin.
-    Borrowed(&'g Arc<Node>),
+    /// Borrowed from the cache under the reader's pin (or from the root).
+    Borrowed(Lent<'g>),
     /// Held by this reference.
     Owned(Arc<Node>),
 }
 
-impl std::ops::Deref for NodeRef<'_> {
-    type Target = Arc<Node>;
-    fn deref(&self) -> &Arc<Node> {
+impl NodeRef<'_> {
+    /// A reference of its own to the node.
+    pub fn to_arc(&self) -> Arc<Node> {
         match self {
-            NodeRef::Borrowed(n) => n,
+            NodeRef::Borrowed(n) => n.to_arc(),
+            NodeRef::Owned(n) => Arc::clone(n),
+        }
+    }
+}
+
+impl std::ops::Deref for NodeRef<'_> {
+    type Target = Node;
+    fn deref(&self) -> &Node {
+        match self {
+            NodeRef::Borrowed(n) => n.0,
             NodeRef::Owned(n) => n,
         }
     }
@@ -408,14 +468,17 @@ impl PageCache {
 
     /// The cached node of `loc` (that version of the page), borrowed for
     /// as long as `guard` pins.
-    fn hit<'g>(&'g self, loc: Location, guard: &'g Guard) -> Option<&'g Arc<Node>> {
-        let c = self.table.get(loc.page, guard)?;
-        if c.loc != loc {
+    fn hit<'g>(&'g self, loc: Location, guard: &'g Guard) -> Option<Lent<'g>> {
+        let node = self.table.get(loc.page, guard)?;
+        if node.location() != Some(loc) {
             return None;
         }
-        c.touch();
+        node.touch();
         self.counts.add(HITS, 1);
-        Some(&c.node)
+        // SAFETY: the table holds its nodes in `Arc`s and drops a
+        // reference only through the epoch, which `guard` pins for `'g`.
+        #[allow(unsafe_code)]
+        Some(unsafe { Lent::in_arc(node) })
     }
 
     fn miss(&self, loc: Location) -> Result<Arc<Node>, BtreeError> {
@@ -477,7 +540,7 @@ impl PageSource for PageCache {
     fn load(&self, loc: Location) -> Result<Arc<Node>, BtreeError> {
         let guard = epoch::pin();
         if let Some(node) = self.hit(loc, &guard) {
-            return Ok(Arc::clone(node));
+            return Ok(node.to_arc());
         }
         drop(guard);
         self.miss(loc)
@@ -492,7 +555,7 @@ impl PageSource for PageCache {
     fn load_to_change(&self, loc: Location) -> Result<Arc<Node>, BtreeError> {
         let guard = epoch::pin();
         if let Some(node) = self.hit(loc, &guard) {
-            return Ok(Arc::clone(node));
+            return Ok(node.to_arc());
         }
         drop(guard);
         self.counts.add(MISSES, 1);
@@ -579,15 +642,7 @@ impl Shard {
             self.evict_one(table, guard);
             evicted += 1;
         }
-        let stored = table.set(
-            loc.page,
-            Some(Cached {
-                loc,
-                node,
-                referenced: AtomicBool::new(false),
-            }),
-            guard,
-        );
+        let stored = table.set(loc.page, Some(node), guard);
         debug_assert!(stored, "a page below MAX_PAGES");
         self.index.insert(loc.page, self.slots.len());
         self.slots.push(Slot {
@@ -609,9 +664,7 @@ impl Shard {
                 self.hand = 0;
             }
             let page = self.slots[self.hand].page;
-            let referenced = table
-                .get(page, guard)
-                .is_some_and(|c| c.referenced.swap(false, Ordering::Relaxed));
+            let referenced = table.get(page, guard).is_some_and(Node::take_referenced);
             self.hand += 1;
             if !referenced {
                 self.remove(table, page, guard);

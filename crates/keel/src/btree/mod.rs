@@ -38,8 +38,8 @@ mod write;
 
 pub use batch::{Change, Fork, FORK_MIN_CHANGES, GROUP_MIN_CHANGES};
 pub use cache::{
-    read_overflow_chain, CacheStats, InPlace, LeafLookup, NoPageSource, NodeRef, OverflowData,
-    PageCache, PageSource,
+    read_overflow_chain, CacheStats, InPlace, LeafLookup, Lent, NoPageSource, NodeRef,
+    OverflowData, PageCache, PageSource,
 };
 pub use check::{check_tree, TreeStats};
 pub use checkpoint::{assign_pages, detach_clean, reserve_pages, Checkpoint, Placed, Plan};

@@ -8,6 +8,7 @@
 //! ([`Node::encoded_bytes`]), updated on every change, so splits and
 //! merges are decided by bytes without encoding.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
 
 use super::arena::{key_prefix, warm, Arena, KeySpan};
@@ -308,6 +309,11 @@ pub enum Body {
 pub struct Node {
     location: OnceLock<Location>,
     reserved: OnceLock<PageNo>,
+    /// The page cache's CLOCK bit: set by readers (only when clear, so a
+    /// hit on a node read recently writes nothing), cleared by the hand.
+    /// Kept in the node, not beside it, so that a hit's first load is
+    /// the node itself (`pagetable.rs`).
+    referenced: AtomicBool,
     body: Body,
 }
 
@@ -317,6 +323,7 @@ impl Node {
         Node {
             location: OnceLock::new(),
             reserved: OnceLock::new(),
+            referenced: AtomicBool::new(false),
             body,
         }
     }
@@ -326,6 +333,7 @@ impl Node {
         Node {
             location: OnceLock::from(loc),
             reserved: OnceLock::new(),
+            referenced: AtomicBool::new(false),
             body,
         }
     }
@@ -333,6 +341,20 @@ impl Node {
     /// The node's page and checksum, if it is on disk.
     pub fn location(&self) -> Option<Location> {
         self.location.get().copied()
+    }
+
+    /// Mark the node used (the page cache's CLOCK), writing only if it
+    /// was not marked.
+    #[inline]
+    pub(crate) fn touch(&self) {
+        if !self.referenced.load(Ordering::Relaxed) {
+            self.referenced.store(true, Ordering::Relaxed);
+        }
+    }
+
+    /// Clear the CLOCK mark; returns whether it was set.
+    pub(crate) fn take_referenced(&self) -> bool {
+        self.referenced.swap(false, Ordering::Relaxed)
     }
 
     pub(crate) fn set_location(&self, loc: Location) {

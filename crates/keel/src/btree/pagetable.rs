@@ -20,13 +20,13 @@
 #![allow(unsafe_code)]
 
 use std::ptr;
-use std::sync::atomic::{AtomicBool, AtomicPtr, Ordering};
+use std::sync::atomic::{AtomicPtr, Ordering};
 use std::sync::Arc;
 
-use crossbeam_epoch::{self as epoch, Atomic, Guard, Owned};
+use crossbeam_epoch::Guard;
 
 use super::node::Node;
-use super::{Location, PageNo};
+use super::PageNo;
 use crate::era;
 
 const BITS: u32 = 10;
@@ -34,27 +34,8 @@ const FAN: usize = 1 << BITS;
 /// Pages at or past this number are not cached.
 pub(crate) const MAX_PAGES: PageNo = 1 << (3 * BITS);
 
-/// A cached node and its CLOCK bit.
-#[derive(Debug)]
-pub(crate) struct Cached {
-    pub loc: Location,
-    pub node: Arc<Node>,
-    /// Set by readers (only when clear: a hit on a page read recently
-    /// writes nothing), cleared by the CLOCK hand.
-    pub referenced: AtomicBool,
-}
-
-impl Cached {
-    /// Mark the entry used, writing only if it was not marked.
-    #[inline]
-    pub fn touch(&self) {
-        if !self.referenced.load(Ordering::Relaxed) {
-            self.referenced.store(true, Ordering::Relaxed);
-        }
-    }
-}
-
-type Leaf = [Atomic<Cached>; FAN];
+/// Each slot: null, or the pointer of an `Arc<Node>` (`Arc::into_raw`).
+type Leaf = [AtomicPtr<Node>; FAN];
 type Mid = [AtomicPtr<Leaf>; FAN];
 
 /// See the module doc.
@@ -109,48 +90,51 @@ impl Default for PageTable {
 }
 
 impl PageTable {
-    fn slot(&self, page: PageNo, make: bool) -> Option<&Atomic<Cached>> {
+    fn slot(&self, page: PageNo, make: bool) -> Option<&AtomicPtr<Node>> {
         let (a, b, c) = parts(page)?;
         let mid = child(&self.top[a], make, || {
             Box::new(std::array::from_fn(|_| AtomicPtr::new(ptr::null_mut())))
         })?;
         let leaf = child(&mid[b], make, || {
-            Box::new(std::array::from_fn(|_| Atomic::null()))
+            Box::new(std::array::from_fn(|_| AtomicPtr::new(ptr::null_mut())))
         })?;
         Some(&leaf[c])
     }
 
-    /// The entry of `page`, whatever version of the page it holds.
-    pub fn get<'g>(&'g self, page: PageNo, guard: &'g Guard) -> Option<&'g Cached> {
-        let shared = self.slot(page, false)?.load(Ordering::Acquire, guard);
-        // SAFETY: an entry in a slot is freed only through the epoch,
-        // after it left the slot and every thread pinned before that
-        // unpinned; `guard` pins this thread, so the entry lives as long
-        // as `guard`.
-        unsafe { shared.as_ref() }
+    /// The node cached for `page`, whatever version of the page it is,
+    /// borrowed for as long as `guard` pins. It lives in an `Arc`.
+    pub fn get<'g>(&'g self, page: PageNo, guard: &'g Guard) -> Option<&'g Node> {
+        let _ = guard;
+        let p = self.slot(page, false)?.load(Ordering::Acquire);
+        // SAFETY: a non-null slot holds a strong reference to its node
+        // (`Arc::into_raw`); the reference is dropped only through the
+        // epoch, after it left the slot and every thread pinned before
+        // that unpinned; `guard` pins this thread, so the node lives as
+        // long as `guard`.
+        unsafe { p.cast_const().as_ref() }
     }
 
-    /// Put `entry` in its page's slot (or clear the slot: `None`), handing
-    /// the old entry to the epoch. Only under the page's shard lock.
+    /// Put `node` in its page's slot (or clear the slot: `None`), handing
+    /// the old reference to the epoch. Only under the page's shard lock.
     /// False when the page is past [`MAX_PAGES`] (nothing stored).
-    pub fn set(&self, page: PageNo, entry: Option<Cached>, guard: &Guard) -> bool {
-        let Some(slot) = self.slot(page, entry.is_some()) else {
-            return entry.is_none();
+    pub fn set(&self, page: PageNo, node: Option<Arc<Node>>, guard: &Guard) -> bool {
+        let Some(slot) = self.slot(page, node.is_some()) else {
+            return node.is_none();
         };
-        let new = entry.map_or_else(epoch::Shared::null, |e| Owned::new(e).into_shared(guard));
-        let old = slot.swap(new, Ordering::AcqRel, guard);
+        let new = node.map_or(ptr::null_mut(), |n| Arc::into_raw(n).cast_mut());
+        let old = slot.swap(new, Ordering::AcqRel);
         if !old.is_null() {
-            let old = old.as_raw() as usize;
+            let old = old as usize;
             // SAFETY: `old` just left the slot, so no reader can load it
             // any more; readers that loaded it before are pinned, and the
             // epoch runs this only after they unpin. Slot changes are
             // serialised by the shard lock, so nobody else defers it. It
-            // came from `Owned::into_shared`, so it is owned back once.
-            // Then a value borrowed from its node under a reader-era pin
-            // keeps it (`crate::era`, `read::get_pinned`).
+            // came from `Arc::into_raw`, so it is turned back into its
+            // `Arc` once. Then a value borrowed from the node under a
+            // reader-era pin keeps it (`crate::era`, `read::get_pinned`).
             unsafe {
                 guard.defer_unchecked(move || {
-                    era::retire(Owned::from_raw(old as *mut Cached).into_box());
+                    era::retire(Arc::from_raw(old as *const Node));
                 })
             };
         }
@@ -165,9 +149,8 @@ impl Drop for PageTable {
         era::reclaim();
         // SAFETY: `&mut self`: no reader or writer has the table; every
         // pointer below came from `Box::into_raw` (tables) or
-        // `Owned::into_shared` (entries) and is freed exactly once here.
+        // `Arc::into_raw` (nodes) and is freed exactly once here.
         unsafe {
-            let guard = epoch::unprotected();
             for m in self.top.iter() {
                 let m = m.load(Ordering::Relaxed);
                 if m.is_null() {
@@ -181,9 +164,9 @@ impl Drop for PageTable {
                     }
                     let leaf = Box::from_raw(l);
                     for e in leaf.iter() {
-                        let e = e.load(Ordering::Relaxed, guard);
+                        let e = e.load(Ordering::Relaxed);
                         if !e.is_null() {
-                            drop(e.into_owned());
+                            drop(Arc::from_raw(e.cast_const()));
                         }
                     }
                 }

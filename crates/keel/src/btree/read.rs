@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use crossbeam_epoch::{self as epoch, Guard};
 
-use super::cache::{InPlace, LeafLookup, NodeRef, PageSource};
+use super::cache::{InPlace, LeafLookup, Lent, NodeRef, PageSource};
 use super::leaf::{OverflowValue, ValueRef};
 use super::node::{Body, Branch, Node};
 use super::{BtreeError, Location};
@@ -171,10 +171,10 @@ pub(crate) fn find(
         return Ok(None);
     };
     let guard = epoch::pin();
-    let mut node = NodeRef::Borrowed(root);
+    let mut node = NodeRef::Borrowed(Lent::of(root));
     loop {
         let next = match node.body() {
-            Body::Leaf(l) => return Ok(l.search(key).ok().map(|i| (Arc::clone(&node), i))),
+            Body::Leaf(l) => return Ok(l.search(key).ok().map(|i| (node.to_arc(), i))),
             Body::Branch(b) => child_pinned(b, b.child_index(key), src, &guard)?,
         };
         node = next;
@@ -200,7 +200,7 @@ pub(crate) fn get(
     let found = {
         let guard = epoch::pin();
         match lookup(root, src, key, &guard)? {
-            Some(Lookup::Leaf(leaf, i)) => Some(Ok((Arc::clone(&leaf), i))),
+            Some(Lookup::Leaf(leaf, i)) => Some(Ok((leaf.to_arc(), i))),
             Some(Lookup::Copied(found)) => Some(Err(found)),
             None => None,
         }
@@ -291,7 +291,7 @@ pub(crate) fn get_pinned<'r>(
                             _root: PhantomData,
                         })))
                     }
-                    ValueRef::Overflow(_) => Some(Ok((Arc::clone(leaf), i))),
+                    ValueRef::Overflow(_) => Some(Ok((leaf.to_arc(), i))),
                 }
             }
             Some(Lookup::Leaf(NodeRef::Owned(leaf), i)) => Some(Ok((leaf, i))),
@@ -317,7 +317,7 @@ fn lookup<'g>(
     let Some(root) = root else {
         return Ok(None);
     };
-    let mut node = NodeRef::Borrowed(root);
+    let mut node = NodeRef::Borrowed(Lent::of(root));
     loop {
         let next = match node.body() {
             Body::Leaf(l) => return Ok(l.search(key).ok().map(|i| Lookup::Leaf(node, i))),
