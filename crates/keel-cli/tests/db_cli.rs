@@ -193,6 +193,31 @@ fn binary_values_through_a_file_stdin_and_raw_output() {
     ok(&["check", st]);
 }
 
+/// A new store's segments start at 1 MiB and grow up to its largest
+/// segment size (64 MiB by default), which bounds a value: a value file
+/// larger than today's segment files but within that bound goes in.
+#[test]
+fn a_value_file_larger_than_the_first_segments_goes_in() {
+    let store = scratch("grown").join("store");
+    let st = s(&store);
+    ok(&["create", st]);
+    let seg = std::fs::read_dir(store.join("journal"))
+        .unwrap()
+        .filter_map(Result::ok)
+        .filter(|e| e.file_name().to_string_lossy().ends_with(".seg"))
+        .map(|e| e.metadata().unwrap().len())
+        .max()
+        .unwrap();
+    let blob: Vec<u8> = (0..3u32 << 20).map(|i| (i % 251) as u8).collect();
+    assert!(blob.len() as u64 > seg, "segments of {seg} bytes already");
+    let file = store.with_file_name("blob");
+    std::fs::write(&file, &blob).unwrap();
+    let put = json(&ok(&["put", st, "big", "--value-file", s(&file), "--json"]));
+    assert_eq!(put["value_bytes"], 3 << 20);
+    assert_eq!(ok(&["get", st, "big", "--raw"]).stdout, blob);
+    ok(&["check", st]);
+}
+
 #[test]
 fn json_and_hex_round_trip() {
     let store = new_store("json");

@@ -771,8 +771,8 @@ fn put_reads_stdin_before_taking_the_lock() {
     );
     let got = run(&["db", "get", st, "--hex", "ff03", "--raw"], Reader::All);
     assert_eq!(got.stdout, b"first half, second half");
-    // A standard input longer than the store's journal segments (1 MiB
-    // here) is refused once that much is read, before the store is
+    // A standard input longer than the store's largest journal segment
+    // (1 MiB here) is refused once that much is read, before the store is
     // opened; one shorter but past the store's exact limit, once it is.
     for (len, before_open) in [(3 << 20, true), ((1 << 20) - 100, false)] {
         let mut put = keel()
@@ -789,7 +789,7 @@ fn put_reads_stdin_before_taking_the_lock() {
         assert_eq!(out.status.code(), Some(2), "{stderr}");
         assert!(stderr.contains("the most one value can be"), "{stderr}");
         assert_eq!(
-            stderr.contains("a journal segment of this store"),
+            stderr.contains("the largest journal segment of this store"),
             before_open,
             "{stderr}"
         );

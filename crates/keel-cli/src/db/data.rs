@@ -7,7 +7,7 @@ use std::process::ExitCode;
 
 use keel::btree::MAX_VALUE_BYTES;
 use keel::db::{Database, DbError, Limits, ReadTxn, Table, DATA_FILE, JOURNAL_DIR};
-use keel::journal::JournalOptions;
+use keel::journal::{JournalOptions, SegmentHeader, SEGMENT_HEADER_BLOCK_BYTES};
 use serde::Serialize;
 
 use super::args::{CreateArgs, GetArgs, KeyArgs, PutArgs, ReadArgs, ScanArgs};
@@ -132,32 +132,48 @@ pub fn put(a: PutArgs) -> Result<ExitCode, Failure> {
 
 /// The most bytes a value can have in the store at `store`, found without
 /// opening it (so without its lock): a value lies in one journal record,
-/// and a record in one segment file, all of one size (preallocated). The
-/// store's exact limit, a little less, is checked once it is open. With no
-/// segment file to measure, the format's limit (the open then says what is
-/// wrong with the store).
+/// and a record in one segment, which can grow to the journal's largest
+/// segment size. The store's exact limit, a little less, is checked once
+/// it is open. With no segment to read, the format's limit (the open then
+/// says what is wrong with the store).
 fn value_bound(store: &Path) -> u64 {
     largest_segment(store)
         .unwrap_or(MAX_VALUE_BYTES)
         .min(MAX_VALUE_BYTES)
 }
 
-/// The size of the largest journal segment file of the store at `store`,
-/// read without opening it; `None` when there is none.
+/// The largest segment size of the journal of the store at `store`, read
+/// without opening it: what a segment header records (segments start
+/// small and grow up to it, so a file's size says less), or else, for a
+/// journal whose headers record none, the largest segment file's size;
+/// `None` when there is no segment.
 pub(super) fn largest_segment(store: &Path) -> Option<u64> {
     std::fs::read_dir(store.join(JOURNAL_DIR))
         .into_iter()
         .flatten()
         .filter_map(Result::ok)
         .filter(|e| e.file_name().to_string_lossy().ends_with(".seg"))
-        .filter_map(|e| e.metadata().ok())
-        .map(|m| m.len())
+        .filter_map(|e| {
+            let len = e.metadata().ok()?.len();
+            Some(recorded_largest(&e.path()).unwrap_or(len).max(len))
+        })
         .max()
+}
+
+/// The largest segment size the header of the segment file at `path`
+/// records, if it is readable and records one.
+fn recorded_largest(path: &Path) -> Option<u64> {
+    let mut block = vec![0u8; SEGMENT_HEADER_BLOCK_BYTES];
+    std::fs::File::open(path)
+        .ok()?
+        .read_exact(&mut block)
+        .ok()?;
+    SegmentHeader::decode(&block).ok()?.decode_largest(&block)
 }
 
 /// The bytes of `path`, or of standard input for `-`: refused, without
 /// reading it all into memory, when it is longer than `max` bytes (the
-/// store's segment size, from [`value_bound`]).
+/// store's largest segment size, from [`value_bound`]).
 fn read_value_file(path: &Path, max: u64) -> Result<Vec<u8>, Failure> {
     let named = || format!("--value-file {}", path.display());
     let unreadable = |e: std::io::Error| Failure::bad_input(format!("{}: {e}", named()));
@@ -173,8 +189,9 @@ fn read_value_file(path: &Path, max: u64) -> Result<Vec<u8>, Failure> {
         .map_err(unreadable)?;
     if buf.len() as u64 > max {
         return Err(Failure::bad_input(format!(
-            "{}: larger than {max} bytes (a journal segment of this store), so larger than \
-             the most one value can be in this store (`keel db stats` prints its limits)",
+            "{}: larger than {max} bytes (the largest journal segment of this store), so \
+             larger than the most one value can be in this store (`keel db stats` prints its \
+             limits)",
             named()
         )));
     }

@@ -264,8 +264,8 @@ fn open_or_create(a: &LoadArgs, create: bool) -> Result<Database, Failure> {
     opened.map_err(|e| Failure::from_db(e, store))
 }
 
-/// The size of the journal segment files of the store at `store` (0 when
-/// there is none).
+/// The largest segment size of the journal of the store at `store` (0
+/// when it has no segment).
 fn existing_segment(store: &Path) -> u64 {
     super::data::largest_segment(store).unwrap_or(0)
 }
