@@ -127,3 +127,28 @@ fn nothing_to_inspect_exits_2() {
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A store's directory given where its journal is meant: refused, with
+/// where the journal is.
+#[test]
+fn a_store_directory_points_at_its_journal() {
+    let store = scratch("a-store").join("store");
+    let made = keel().args(["db", "create"]).arg(&store).output().unwrap();
+    assert!(made.status.success());
+    for cmd in ["check", "dump"] {
+        let out = keel().args(["journal", cmd]).arg(&store).output().unwrap();
+        assert_eq!(out.status.code(), Some(2), "{cmd}");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        let journal = store.join("journal");
+        assert!(
+            stderr.contains(&format!("whose journal is {}", journal.display())),
+            "{cmd}: {stderr}"
+        );
+    }
+    let out = keel()
+        .args(["journal", "check"])
+        .arg(store.join("journal"))
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0));
+}

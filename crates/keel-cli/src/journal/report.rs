@@ -131,7 +131,18 @@ pub struct RecordRow {
 pub fn build(vfs: &dyn Vfs, dir: &Path, filter: Option<RecordFilter>) -> anyhow::Result<Report> {
     let scan = match journal::inspect(vfs, dir) {
         Ok(scan) => scan,
-        Err(e @ JournalError::NotAJournal(_)) => return Err(e.into()),
+        Err(e @ JournalError::NotAJournal(_)) => {
+            // A store's directory given for its journal: say where it is.
+            let inner = dir.join(keel::db::JOURNAL_DIR);
+            if inner.is_dir() {
+                anyhow::bail!(
+                    "{e}; {} holds a store, whose journal is {}",
+                    dir.display(),
+                    inner.display()
+                );
+            }
+            return Err(e.into());
+        }
         Err(e @ JournalError::ForeignSegment { .. }) => {
             return Ok(unreadable(dir, "foreign_segment", e))
         }
