@@ -278,6 +278,23 @@ pub fn detach_clean(tree: &Tree) {
     }
 }
 
+/// How many nodes of `tree` below its root are held in memory by their
+/// parents: what a reader of `tree` would reach without the page cache
+/// (each such child taking its chunk's lock and a reference count). Zero
+/// after [`detach_clean`] once every node has a page.
+pub fn children_in_memory(tree: &Tree) -> usize {
+    fn below(node: &Node) -> usize {
+        let Body::Branch(b) = node.body() else {
+            return 0;
+        };
+        (0..b.len())
+            .filter_map(|i| b.child_or_location(i).ok())
+            .map(|child| 1 + below(&child))
+            .sum()
+    }
+    tree.root().map_or(0, |root| below(root))
+}
+
 fn detach(node: &Node) {
     match node.body() {
         Body::Branch(b) => {

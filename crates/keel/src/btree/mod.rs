@@ -42,7 +42,9 @@ pub use cache::{
     OverflowData, PageCache, PageSource,
 };
 pub use check::{check_tree, TreeStats};
-pub use checkpoint::{assign_pages, detach_clean, reserve_pages, Checkpoint, Placed, Plan};
+pub use checkpoint::{
+    assign_pages, children_in_memory, detach_clean, reserve_pages, Checkpoint, Placed, Plan,
+};
 pub use children::Child;
 pub use error::{BtreeError, PageError};
 pub use leaf::{Leaf, OverflowValue, ValueRef};

@@ -280,8 +280,8 @@ impl Shared {
     /// The checkpoint's meta page is durable: make the folded `tree` (of
     /// generation `gen`) the base of the writer and of new readers in
     /// place of the folded memtable `layer`, adopt the meta page and its
-    /// free list, release the journal up to `lsn`, and keep the written
-    /// nodes in the page cache only.
+    /// free list, release the journal up to `lsn`; the written nodes are
+    /// kept in the page cache only, before any reader can reach them.
     fn adopt(
         &self,
         tree: &Tree,
@@ -290,6 +290,17 @@ impl Shared {
         (meta, list_pages, placed): (Meta, Vec<PageNo>, Placed),
         lsn: Lsn,
     ) -> Result<()> {
+        // Before readers can reach the tree: a reader of it then finds
+        // every node below the root through the page cache, lock-free
+        // (docs/store-performance.md, "Shared writes"), never a child the
+        // tree still holds in memory.
+        self.keep_in_cache_only(placed, tree);
+        #[cfg(test)]
+        assert_eq!(
+            crate::btree::children_in_memory(tree),
+            0,
+            "a checkpoint published a tree holding children in memory"
+        );
         self.with_writer("a checkpoint", |w| {
             #[cfg(test)]
             self.faults.checkpoint_step(super::state::CKPT_ADOPT);
@@ -313,7 +324,6 @@ impl Shared {
         }
         // Only now may the journal drop what the checkpoint covers.
         self.journal.release(lsn);
-        self.keep_in_cache_only(placed, tree);
         Ok(())
     }
 
