@@ -85,6 +85,9 @@ pub struct OverflowPage<'a> {
 }
 
 /// Any tree page, decoded.
+// A node is large (a leaf's slots are inline, `leaf.rs`); a decoded page
+// is a short-lived value, moved once, so boxing it would buy nothing.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug)]
 pub enum Page<'a> {
     /// A branch or a leaf.
