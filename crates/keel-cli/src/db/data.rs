@@ -7,7 +7,8 @@ use std::process::ExitCode;
 
 use keel::btree::MAX_VALUE_BYTES;
 use keel::db::{Database, DbError, Limits, ReadTxn, Table, DATA_FILE, JOURNAL_DIR};
-use keel::journal::{JournalOptions, SegmentHeader, SEGMENT_HEADER_BLOCK_BYTES};
+use keel::io::RealVfs;
+use keel::journal::{self, JournalOptions};
 use serde::Serialize;
 
 use super::args::{CreateArgs, GetArgs, KeyArgs, PutArgs, ReadArgs, ScanArgs};
@@ -143,32 +144,13 @@ fn value_bound(store: &Path) -> u64 {
 }
 
 /// The largest segment size of the journal of the store at `store`, read
-/// without opening it: what a segment header records (segments start
-/// small and grow up to it, so a file's size says less), or else, for a
-/// journal whose headers record none, the largest segment file's size;
-/// `None` when there is no segment.
+/// from its segment headers without opening it (segments start small and
+/// grow up to it, so a file's size says less); `None` when there is no
+/// readable segment.
 pub(super) fn largest_segment(store: &Path) -> Option<u64> {
-    std::fs::read_dir(store.join(JOURNAL_DIR))
-        .into_iter()
+    journal::largest_segment_size(RealVfs::shared().as_ref(), &store.join(JOURNAL_DIR))
+        .ok()
         .flatten()
-        .filter_map(Result::ok)
-        .filter(|e| e.file_name().to_string_lossy().ends_with(".seg"))
-        .filter_map(|e| {
-            let len = e.metadata().ok()?.len();
-            Some(recorded_largest(&e.path()).unwrap_or(len).max(len))
-        })
-        .max()
-}
-
-/// The largest segment size the header of the segment file at `path`
-/// records, if it is readable and records one.
-fn recorded_largest(path: &Path) -> Option<u64> {
-    let mut block = vec![0u8; SEGMENT_HEADER_BLOCK_BYTES];
-    std::fs::File::open(path)
-        .ok()?
-        .read_exact(&mut block)
-        .ok()?;
-    SegmentHeader::decode(&block).ok()?.decode_largest(&block)
 }
 
 /// The bytes of `path`, or of standard input for `-`: refused, without

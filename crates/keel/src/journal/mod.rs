@@ -35,7 +35,8 @@ pub use format::{
 };
 pub use records::Records;
 pub use scan::{
-    Evidence, PendingCut, RecordInfo, Scan, SegmentScan, Skipped, StopReason, SET_ASIDE_SUFFIX,
+    largest_segment_size, Evidence, PendingCut, RecordInfo, Scan, SegmentScan, Skipped, StopReason,
+    SET_ASIDE_SUFFIX,
 };
 pub use writer::CommitHandle;
 

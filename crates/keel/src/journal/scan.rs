@@ -462,6 +462,17 @@ struct HeaderFacts {
     largest_write_bytes: usize,
     pending_cut: Option<PendingCut>,
     largest_segment_size: Option<u64>,
+    /// The largest segment size a valid header states for its own file.
+    largest_file: Option<u64>,
+}
+
+/// The largest segment size of the journal in `dir`, from its segment
+/// headers alone (no lock, no record read): the size they record, or the
+/// largest segment's if that is larger, as an open keeps it (the bound of
+/// its records). `None` when no segment has a valid header.
+pub fn largest_segment_size(vfs: &dyn Vfs, dir: &Path) -> Result<Option<u64>, JournalError> {
+    let facts = header_facts(vfs, &list_segments(vfs, dir)?, 0)?;
+    Ok(facts.largest_segment_size.max(facts.largest_file))
 }
 
 /// Scan every segment in `dir`. How far past the chain's end a crash can
@@ -696,6 +707,7 @@ fn header_facts(
         largest_write_bytes: at_least,
         pending_cut: None,
         largest_segment_size: None,
+        largest_file: None,
     };
     for (seq, path) in segments {
         let file = open_for_read(vfs, path)?;
@@ -712,6 +724,7 @@ fn header_facts(
         }
         if let Ok(h) = header {
             facts.largest_write_bytes = facts.largest_write_bytes.max(h.max_write_bytes as usize);
+            facts.largest_file = facts.largest_file.max(Some(h.segment_size));
             if let Some(largest) = h.decode_largest(&head[..n]) {
                 facts.largest_segment_size = facts.largest_segment_size.max(Some(largest));
             }
