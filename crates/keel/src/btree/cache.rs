@@ -232,11 +232,6 @@ impl<'g> Lent<'g> {
         Lent(node)
     }
 
-    /// The node, for `'g`.
-    pub fn node(self) -> &'g Node {
-        self.0
-    }
-
     /// A reference of its own to the node.
     pub fn to_arc(self) -> Arc<Node> {
         let p: *const Node = self.0;
