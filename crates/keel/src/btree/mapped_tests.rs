@@ -363,3 +363,118 @@ fn a_writers_loads_skip_the_cache_and_the_map() {
         [2u8; 100]
     );
 }
+
+/// Leaves on pages `pages` of `f`, each as full as a store's (30 keys
+/// with 100-byte values) and holding the key `b"key"`.
+fn many_leaves(f: &dyn VfsFile, pages: std::ops::Range<PageNo>) -> Vec<Location> {
+    let v = value();
+    let keys: Vec<Vec<u8>> = (0..29u8)
+        .map(|i| vec![b'a', i])
+        .chain([b"key".to_vec()])
+        .collect();
+    let cells: Vec<(&[u8], ValueRef<'_>)> = keys
+        .iter()
+        .map(|k| (&k[..], ValueRef::Inline(&v)))
+        .collect();
+    pages
+        .map(|page| {
+            let (loc, bytes) = leaf_page(PS, page, &cells);
+            write(f, page, &bytes);
+            loc
+        })
+        .collect()
+}
+
+/// Whether a lookup of `loc` found its leaf decoded in the cache.
+fn cached(cache: &PageCache, loc: Location) -> bool {
+    let guard = epoch::pin();
+    matches!(
+        cache.search_leaf(loc, b"key", &guard).unwrap(),
+        LeafLookup::Node(NodeRef::Borrowed(_))
+    )
+}
+
+/// A mapped cache with room for a few dozen leaves, in one shard (so
+/// that one hand sweeps them all), filled by lookups of `first`: which
+/// of them it holds.
+fn filled(f: &Arc<dyn VfsFile>, first: &[Location]) -> (PageCache, Vec<Location>) {
+    // A shard per 32 nodes of twice the page size: one shard.
+    let cache = PageCache::new(Arc::clone(f), PS, 32 * 2 * PS.bytes())
+        .with_mapped_reads(true)
+        .unwrap();
+    for &loc in first {
+        cached(&cache, loc);
+    }
+    let held: Vec<Location> = first
+        .iter()
+        .copied()
+        .filter(|&l| cached(&cache, l))
+        .collect();
+    assert!(
+        held.len() >= 16 && held.len() < first.len(),
+        "{}",
+        held.len()
+    );
+    (cache, held)
+}
+
+#[test]
+fn a_full_cache_takes_in_the_leaves_readers_move_to() {
+    let f = sim_file(11);
+    let first = many_leaves(&*f, 10..100);
+    let hot = many_leaves(&*f, 500..508);
+    let (cache, held) = filled(&f, &first);
+    // Only the hot leaves from now on: searched in place at first, then
+    // let in as the hand finds the leaves read first unused. The hand
+    // clears every held leaf's mark in one sweep and finds them unused
+    // in the next: within two sweeps' worth of tries, all are in.
+    let bound = (2 * held.len() + hot.len()) as u64 * u64::from(cache::ADMIT_EVERY);
+    while !hot.iter().all(|&loc| cached(&cache, loc)) {
+        let in_place = cache.stats().searched_in_place;
+        assert!(
+            in_place <= bound,
+            "{in_place} in-place lookups, hot leaves still out"
+        );
+    }
+    assert!(held.iter().any(|&l| !cached(&cache, l)));
+}
+
+#[test]
+fn leaves_readers_use_are_not_traded_for_others() {
+    let f = sim_file(11);
+    let first = many_leaves(&*f, 10..100);
+    let other = many_leaves(&*f, 500..508);
+    let (cache, held) = filled(&f, &first);
+    // The held leaves are read between any two tries at letting another
+    // in: the hand finds each marked, and passes it.
+    for _ in 0..200 {
+        for &loc in &held {
+            assert!(cached(&cache, loc), "held leaf {} evicted", loc.page);
+        }
+        for &loc in other.iter().cycle().take(cache::ADMIT_EVERY as usize) {
+            assert!(!cached(&cache, loc));
+        }
+    }
+    assert_eq!(cache.stats().evictions, 0);
+}
+
+#[test]
+fn a_leaf_just_loaded_gets_a_turn_of_the_hand() {
+    let f = sim_file(11);
+    let first = many_leaves(&*f, 10..100);
+    let other = many_leaves(&*f, 500..508);
+    let cache = PageCache::new(Arc::clone(&f), PS, 32 * 2 * PS.bytes())
+        .with_mapped_reads(true)
+        .unwrap();
+    // Each read once, the first ones decoded until the cache is full.
+    for &loc in &first {
+        cached(&cache, loc);
+    }
+    assert!(cache.stats().searched_in_place > 0);
+    let at = cache.stats().searched_in_place;
+    for &loc in other.iter().cycle().take(cache::ADMIT_EVERY as usize) {
+        assert!(!cached(&cache, loc));
+    }
+    assert!(cache.stats().searched_in_place > at);
+    assert_eq!(cache.stats().evictions, 0);
+}
