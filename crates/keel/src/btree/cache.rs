@@ -526,7 +526,12 @@ impl PageCache {
         Some(unsafe { Lent::in_arc(node) })
     }
 
-    fn miss(&self, loc: Location) -> Result<Arc<Node>, BtreeError> {
+    /// Read and decode the node at `loc` and cache it: `marked` (as a
+    /// point lookup's leaf is, see [`Shard::hand_finds_cold`]) or not (a
+    /// scan's, or a branch's, which its many readers mark soon enough): a
+    /// node a scan read once is among the first the hand evicts, so that a
+    /// scan does not push out what readers use.
+    fn miss(&self, loc: Location, marked: bool) -> Result<Arc<Node>, BtreeError> {
         self.counts.add(MISSES, 1);
         let node = match &self.map {
             Some(map) => {
@@ -539,9 +544,9 @@ impl PageCache {
             None => self.pread_node(loc)?,
         };
         let node = Arc::new(node);
-        // Marked, as the read that loaded it used it: the hand passes it
-        // once before it can be a victim, like a node a hit marked.
-        node.touch();
+        if marked {
+            node.touch();
+        }
         self.insert(loc, Arc::clone(&node));
         Ok(node)
     }
@@ -591,7 +596,7 @@ impl PageSource for PageCache {
             return Ok(node.to_arc());
         }
         drop(guard);
-        self.miss(loc)
+        self.miss(loc, false)
     }
 
     /// A miss is read with `pread` and not cached: the fold makes a new
@@ -617,7 +622,7 @@ impl PageSource for PageCache {
     ) -> Result<NodeRef<'g>, BtreeError> {
         match self.hit(loc, guard) {
             Some(node) => Ok(NodeRef::Borrowed(node)),
-            None => self.miss(loc).map(NodeRef::Owned),
+            None => self.miss(loc, false).map(NodeRef::Owned),
         }
     }
 
@@ -650,7 +655,11 @@ impl PageSource for PageCache {
                 }
             }
         }
-        self.miss(loc).map(|n| LeafLookup::Node(NodeRef::Owned(n)))
+        // Marked: the lookup used it, so the hand passes it once before it
+        // can be a victim, like a node a hit marked (without, a try at
+        // admission soon after the cache filled would trade it away).
+        self.miss(loc, true)
+            .map(|n| LeafLookup::Node(NodeRef::Owned(n)))
     }
 }
 

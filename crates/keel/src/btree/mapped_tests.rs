@@ -478,3 +478,36 @@ fn a_leaf_just_loaded_gets_a_turn_of_the_hand() {
     assert!(cache.stats().searched_in_place > at);
     assert_eq!(cache.stats().evictions, 0);
 }
+
+#[test]
+fn a_leaf_a_scan_loaded_is_among_the_first_to_go() {
+    let f = sim_file(11);
+    let first = many_leaves(&*f, 10..100);
+    let other = many_leaves(&*f, 500..508);
+    let budget = 32 * 2 * PS.bytes();
+    let cache = PageCache::new(Arc::clone(&f), PS, budget)
+        .with_mapped_reads(true)
+        .unwrap();
+    // Loaded as a scan loads them (decoded), once each, until the cache
+    // has no room for another.
+    for &loc in &first {
+        if cache.stats().cached_bytes as usize + 2 * PS.bytes() > budget {
+            break;
+        }
+        let guard = epoch::pin();
+        cache.load_pinned(loc, &guard).unwrap();
+    }
+    let evicted = cache.stats().evictions;
+    assert_eq!(evicted, 0);
+    let tries: Vec<bool> = other
+        .iter()
+        .cycle()
+        .take(cache::ADMIT_EVERY as usize)
+        .map(|&loc| cached(&cache, loc))
+        .collect();
+    // The first try at admission finds an unmarked node under the hand,
+    // and lets its leaf in.
+    assert!(tries.iter().all(|&hit| !hit));
+    let last = other[(cache::ADMIT_EVERY as usize - 1) % other.len()];
+    assert!(cached(&cache, last));
+}
