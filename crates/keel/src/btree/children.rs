@@ -313,6 +313,31 @@ impl Children {
             .or_else(|| self.slot(i, Child::location))
     }
 
+    /// Ask the CPU to start loading the list of chunks (a hint, no
+    /// semantics): a lookup calls it on entering a branch, so that the
+    /// list arrives while it searches the separators, and finding the
+    /// child's chunk then costs one miss to memory less. At 10M keys,
+    /// that chunk pointer and the chunk's own lines were most of
+    /// [`Children::only_on_disk`]'s samples.
+    #[inline]
+    pub(crate) fn prefetch(&self) {
+        #[cfg(target_arch = "x86_64")]
+        {
+            use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
+            // The list's first two lines: 16 chunks, 256 children, more
+            // than a branch of the default page size holds.
+            let start = self.chunks.as_ptr().cast::<i8>();
+            // SAFETY: a prefetch is a hint that never faults nor changes
+            // memory, whatever the address; SSE, which it needs, is part
+            // of every x86_64 CPU.
+            #[allow(unsafe_code)]
+            unsafe {
+                _mm_prefetch::<_MM_HINT_T0>(start);
+                _mm_prefetch::<_MM_HINT_T0>(start.wrapping_add(64));
+            }
+        }
+    }
+
     /// Where child `i` is, when it is known without the lock to be only
     /// on disk (not in memory); `None` says nothing (see [`OnDisk`]).
     #[inline]

@@ -213,6 +213,15 @@ impl Branch {
         self.keys.rank(key)
     }
 
+    /// [`Branch::child_index`], with the list of where children are
+    /// requested from memory before the search (see
+    /// `Children::prefetch`): for a lookup that goes on to the child.
+    #[inline]
+    pub(crate) fn child_index_to_descend(&self, key: &[u8]) -> usize {
+        self.children.prefetch();
+        self.keys.rank(key)
+    }
+
     /// The bytes the branch takes in a page, header included.
     pub fn encoded_bytes(&self) -> usize {
         self.encoded_bytes

@@ -322,7 +322,7 @@ fn lookup<'g>(
         let next = match node.body() {
             Body::Leaf(l) => return Ok(l.search(key).ok().map(|i| Lookup::Leaf(node, i))),
             Body::Branch(b) if b.level() == 1 => {
-                let i = b.child_index(key);
+                let i = b.child_index_to_descend(key);
                 match b.child_or_location(i) {
                     Ok(leaf) => NodeRef::Owned(leaf),
                     Err(loc) => match src.search_leaf(loc, key, guard)? {
@@ -334,7 +334,7 @@ fn lookup<'g>(
                     },
                 }
             }
-            Body::Branch(b) => child_pinned(b, b.child_index(key), src, guard)?,
+            Body::Branch(b) => child_pinned(b, b.child_index_to_descend(key), src, guard)?,
         };
         node = next;
     }
