@@ -317,15 +317,19 @@ impl Children {
     /// semantics): a lookup calls it on entering a branch, so that the
     /// list arrives while it searches the separators, and finding the
     /// child's chunk then costs one miss to memory less. At 10M keys,
-    /// that chunk pointer and the chunk's own lines were most of
-    /// [`Children::only_on_disk`]'s samples.
+    /// that chunk pointer and the chunk's own lines were most of the
+    /// samples of a lookup's `child_or_location`.
     #[inline]
     pub(crate) fn prefetch(&self) {
         #[cfg(target_arch = "x86_64")]
         {
             use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
-            // The list's first two lines: 16 chunks, 256 children, more
-            // than a branch of the default page size holds.
+            // Two lines from the list's start: 16 chunk pointers (256
+            // children) if the list starts on a line, and at least 8
+            // (128 children) if not. A 4 KiB branch holds at most 120
+            // children with 16-byte user keys (14 bytes a cell and the
+            // 20-byte key); one with more children gets its first
+            // chunks prefetched, the rest not.
             let start = self.chunks.as_ptr().cast::<i8>();
             // SAFETY: a prefetch is a hint that never faults nor changes
             // memory, whatever the address; SSE, which it needs, is part
