@@ -394,36 +394,45 @@ fn cached(cache: &PageCache, loc: Location) -> bool {
     )
 }
 
-/// A mapped cache with room for a few dozen leaves, in one shard (so
-/// that one hand sweeps them all), filled by lookups of `first`: which
-/// of them it holds.
-fn filled(f: &Arc<dyn VfsFile>, first: &[Location]) -> (PageCache, Vec<Location>) {
-    // A shard per 32 nodes of twice the page size: one shard.
-    let cache = PageCache::new(Arc::clone(f), PS, 32 * 2 * PS.bytes())
+/// Bytes of a mapped cache with room for a few dozen leaves in one shard
+/// (a shard per 32 nodes of twice the page size), so that one hand
+/// sweeps them all.
+const ONE_SHARD: usize = 32 * 2 * PS.bytes();
+
+/// Full leaves on pages 10..100 and 8 more on 500..508 of a new file, and
+/// an empty mapped cache of [`ONE_SHARD`] over it.
+fn leaves_and_cache() -> (Arc<dyn VfsFile>, Vec<Location>, Vec<Location>, PageCache) {
+    let f = sim_file(11);
+    let first = many_leaves(&*f, 10..100);
+    let other = many_leaves(&*f, 500..508);
+    let cache = PageCache::new(Arc::clone(&f), PS, ONE_SHARD)
         .with_mapped_reads(true)
         .unwrap();
+    (f, first, other, cache)
+}
+
+/// `cache` filled by lookups of `first`: which of them it holds.
+fn filled(cache: &PageCache, first: &[Location]) -> Vec<Location> {
     for &loc in first {
-        cached(&cache, loc);
+        cached(cache, loc);
     }
     let held: Vec<Location> = first
         .iter()
         .copied()
-        .filter(|&l| cached(&cache, l))
+        .filter(|&l| cached(cache, l))
         .collect();
     assert!(
         held.len() >= 16 && held.len() < first.len(),
         "{}",
         held.len()
     );
-    (cache, held)
+    held
 }
 
 #[test]
 fn a_full_cache_takes_in_the_leaves_readers_move_to() {
-    let f = sim_file(11);
-    let first = many_leaves(&*f, 10..100);
-    let hot = many_leaves(&*f, 500..508);
-    let (cache, held) = filled(&f, &first);
+    let (_f, first, hot, cache) = leaves_and_cache();
+    let held = filled(&cache, &first);
     // Only the hot leaves from now on: searched in place at first, then
     // let in as the hand finds the leaves read first unused. The hand
     // clears every held leaf's mark in one sweep and finds them unused
@@ -441,10 +450,8 @@ fn a_full_cache_takes_in_the_leaves_readers_move_to() {
 
 #[test]
 fn leaves_readers_use_are_not_traded_for_others() {
-    let f = sim_file(11);
-    let first = many_leaves(&*f, 10..100);
-    let other = many_leaves(&*f, 500..508);
-    let (cache, held) = filled(&f, &first);
+    let (_f, first, other, cache) = leaves_and_cache();
+    let held = filled(&cache, &first);
     // The held leaves are read between any two tries at letting another
     // in: the hand finds each marked, and passes it.
     for _ in 0..200 {
@@ -460,12 +467,7 @@ fn leaves_readers_use_are_not_traded_for_others() {
 
 #[test]
 fn a_leaf_just_loaded_gets_a_turn_of_the_hand() {
-    let f = sim_file(11);
-    let first = many_leaves(&*f, 10..100);
-    let other = many_leaves(&*f, 500..508);
-    let cache = PageCache::new(Arc::clone(&f), PS, 32 * 2 * PS.bytes())
-        .with_mapped_reads(true)
-        .unwrap();
+    let (_f, first, other, cache) = leaves_and_cache();
     // Each read once, the first ones decoded until the cache is full.
     for &loc in &first {
         cached(&cache, loc);
@@ -481,17 +483,11 @@ fn a_leaf_just_loaded_gets_a_turn_of_the_hand() {
 
 #[test]
 fn a_leaf_a_scan_loaded_is_among_the_first_to_go() {
-    let f = sim_file(11);
-    let first = many_leaves(&*f, 10..100);
-    let other = many_leaves(&*f, 500..508);
-    let budget = 32 * 2 * PS.bytes();
-    let cache = PageCache::new(Arc::clone(&f), PS, budget)
-        .with_mapped_reads(true)
-        .unwrap();
+    let (_f, first, other, cache) = leaves_and_cache();
     // Loaded as a scan loads them (decoded), once each, until the cache
     // has no room for another.
     for &loc in &first {
-        if cache.stats().cached_bytes as usize + 2 * PS.bytes() > budget {
+        if cache.stats().cached_bytes as usize + 2 * PS.bytes() > ONE_SHARD {
             break;
         }
         let guard = epoch::pin();
