@@ -713,8 +713,9 @@ impl Shard {
         evicted
     }
 
-    /// Whether the node under the hand is unmarked (the next victim);
-    /// a marked one is cleared and passed, as [`Shard::evict_one`] does.
+    /// Whether the node under the hand is unmarked (the next victim, the
+    /// hand left on it); a marked one is cleared and passed. One step of
+    /// [`Shard::evict_one`]'s sweep.
     fn hand_finds_cold(&mut self, table: &PageTable, guard: &Guard) -> bool {
         if self.slots.is_empty() {
             return false;
@@ -736,18 +737,11 @@ impl Shard {
     /// turn of the clock like every other, rather than being the next
     /// victim.
     fn evict_one(&mut self, table: &PageTable, guard: &Guard) {
-        loop {
-            if self.hand >= self.slots.len() {
-                self.hand = 0;
-            }
-            let page = self.slots[self.hand].page;
-            let referenced = table.get(page, guard).is_some_and(Node::take_referenced);
-            self.hand += 1;
-            if !referenced {
-                self.remove(table, page, guard);
-                return;
-            }
-        }
+        assert!(!self.slots.is_empty(), "evicting from an empty shard");
+        while !self.hand_finds_cold(table, guard) {}
+        let page = self.slots[self.hand].page;
+        self.hand += 1;
+        self.remove(table, page, guard);
     }
 
     fn remove(&mut self, table: &PageTable, page: PageNo, guard: &Guard) {
