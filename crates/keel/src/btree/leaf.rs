@@ -8,7 +8,8 @@
 //! sit inline in the node, so a lookup that reached the node finds them
 //! without one more dependent load: on a tree larger than the CPU's
 //! caches that load is a miss to memory, and r1 at a million keys ran
-//! ~11 % faster at one thread without it (docs/store-performance.md). Overflow values, rare, sit in a side list that is empty (and
+//! ~11 % faster at one thread without it (docs/store-performance.md).
+//! Overflow values, rare, sit in a side list that is empty (and
 //! unallocated) in most leaves. A copy is given room for a page's worth of
 //! bytes, so that the insert that caused it does not reallocate, and so
 //! that the allocator sees buffers of one size, which it recycles cheaply.
