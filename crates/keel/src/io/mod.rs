@@ -243,6 +243,14 @@ pub trait VfsFile: Send + Sync + Debug {
         let _ = (offset, len);
         Ok(())
     }
+    /// Start writing `[offset, offset+len)` back to the device without
+    /// waiting for it (`sync_file_range` with `WRITE` alone): a later
+    /// [`VfsFile::write_back`] of the range waits for it. Not a
+    /// durability point either. The default does nothing.
+    fn start_write_back(&self, offset: u64, len: u64) -> Result<()> {
+        let _ = (offset, len);
+        Ok(())
+    }
     /// Reserve blocks for `[offset, offset+len)` (`fallocate`, mode 0). The
     /// blocks read as zeros but stay "unwritten" extents: the first write to
     /// each converts it, which is a metadata change.

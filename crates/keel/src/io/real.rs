@@ -282,6 +282,26 @@ impl RealFile {
         }
         Ok(())
     }
+
+    /// `sync_file_range` over `[offset, offset+len)` with `flags`.
+    fn sync_range(&self, offset: u64, len: u64, flags: libc::c_uint) -> Result<()> {
+        use std::os::fd::AsRawFd;
+        // SAFETY: a plain system call on a descriptor this file owns; no
+        // memory is passed.
+        let r = unsafe {
+            libc::sync_file_range(
+                self.file.as_raw_fd(),
+                offset as libc::off64_t,
+                len as libc::off64_t,
+                flags,
+            )
+        };
+        if r != 0 {
+            let e = std::io::Error::last_os_error();
+            return Err(IoError::os("sync_file_range", &self.path, e));
+        }
+        Ok(())
+    }
 }
 
 impl VfsFile for RealFile {
@@ -381,25 +401,17 @@ impl VfsFile for RealFile {
     }
 
     fn write_back(&self, offset: u64, len: u64) -> Result<()> {
-        use std::os::fd::AsRawFd;
-        let flags = libc::SYNC_FILE_RANGE_WAIT_BEFORE
-            | libc::SYNC_FILE_RANGE_WRITE
-            | libc::SYNC_FILE_RANGE_WAIT_AFTER;
-        // SAFETY: a plain system call on a descriptor this file owns; no
-        // memory is passed.
-        let r = unsafe {
-            libc::sync_file_range(
-                self.file.as_raw_fd(),
-                offset as libc::off64_t,
-                len as libc::off64_t,
-                flags,
-            )
-        };
-        if r != 0 {
-            let e = std::io::Error::last_os_error();
-            return Err(IoError::os("sync_file_range", &self.path, e));
-        }
-        Ok(())
+        self.sync_range(
+            offset,
+            len,
+            libc::SYNC_FILE_RANGE_WAIT_BEFORE
+                | libc::SYNC_FILE_RANGE_WRITE
+                | libc::SYNC_FILE_RANGE_WAIT_AFTER,
+        )
+    }
+
+    fn start_write_back(&self, offset: u64, len: u64) -> Result<()> {
+        self.sync_range(offset, len, libc::SYNC_FILE_RANGE_WRITE)
     }
 
     fn allocate(&self, offset: u64, len: u64) -> Result<()> {
