@@ -292,7 +292,9 @@ impl Writer<'_> {
             self.freed.push(page);
         }
         loc.take();
-        *mem = Some(Arc::new(Node::new(Body::Leaf(leaf))));
+        *mem = Some(Arc::new(
+            Node::new(Body::Leaf(leaf)).kept_if(node.was_cached()),
+        ));
         Ok(())
     }
 }

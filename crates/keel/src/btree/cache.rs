@@ -702,6 +702,7 @@ impl Shard {
             self.evict_one(table, guard);
             evicted += 1;
         }
+        node.note_cached();
         let stored = table.set(loc.page, Some(node), guard);
         debug_assert!(stored, "a page below MAX_PAGES");
         self.index.insert(loc.page, self.slots.len());

@@ -328,6 +328,9 @@ pub struct Node {
     /// Kept in the node, not beside it, so that a hit's first load is
     /// the node itself (`pagetable.rs`).
     referenced: AtomicBool,
+    /// Whether a checkpoint that writes this node keeps it in the page
+    /// cache (see [`Node::keep_cached`]).
+    keep_cached: AtomicBool,
     body: Body,
 }
 
@@ -338,6 +341,7 @@ impl Node {
             location: OnceLock::new(),
             reserved: OnceLock::new(),
             referenced: AtomicBool::new(false),
+            keep_cached: AtomicBool::new(false),
             body,
         }
     }
@@ -348,6 +352,7 @@ impl Node {
             location: OnceLock::from(loc),
             reserved: OnceLock::new(),
             referenced: AtomicBool::new(false),
+            keep_cached: AtomicBool::new(false),
             body,
         }
     }
@@ -364,6 +369,39 @@ impl Node {
         if !self.referenced.load(Ordering::Relaxed) {
             self.referenced.store(true, Ordering::Relaxed);
         }
+    }
+
+    /// Whether a checkpoint that writes this node should keep it in the
+    /// page cache: a branch always; a leaf if the page cache held the
+    /// version it was made from (set by the cache when it takes a node in,
+    /// and passed on to copies, merges and the pieces of a split), so
+    /// that a checkpoint keeps cached what readers had cached and adds
+    /// nothing else. Before, every leaf a checkpoint wrote went into the
+    /// cache: a fold of scattered keys writes nearly every leaf, so the
+    /// cache filled with leaves no reader had asked for. A 10M-key fill
+    /// (w3's shape, no reads) held its whole budget of them.
+    pub(crate) fn keep_cached(&self) -> bool {
+        matches!(self.body, Body::Branch(_)) || self.keep_cached.load(Ordering::Relaxed)
+    }
+
+    /// Note that the page cache holds this node (see [`Node::keep_cached`]).
+    pub(crate) fn note_cached(&self) {
+        if !self.keep_cached.load(Ordering::Relaxed) {
+            self.keep_cached.store(true, Ordering::Relaxed);
+        }
+    }
+
+    /// Whether the node, or the one it was made from, was in the page
+    /// cache (see [`Node::keep_cached`]).
+    pub(crate) fn was_cached(&self) -> bool {
+        self.keep_cached.load(Ordering::Relaxed)
+    }
+
+    /// The same node, to be kept cached when written if `keep` (see
+    /// [`Node::keep_cached`]).
+    pub(crate) fn kept_if(self, keep: bool) -> Node {
+        self.keep_cached.store(keep, Ordering::Relaxed);
+        self
     }
 
     /// Clear the CLOCK mark; returns whether it was set.
@@ -480,6 +518,7 @@ impl Node {
             Body::Leaf(l) => Body::Leaf(l.copy_for_write(page_bytes)),
             Body::Branch(b) => Body::Branch(b.copy_for_write()),
         })
+        .kept_if(self.was_cached())
     }
 }
 

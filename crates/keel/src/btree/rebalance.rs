@@ -190,6 +190,7 @@ fn lonely(b: &Branch, i: usize) -> bool {
 /// pieces are returned with the separator that goes before each.
 fn split_node(node: &mut Node, page_size: PageSize) -> Vec<(Vec<u8>, Node)> {
     let mut pieces = Vec::new();
+    let keep = node.was_cached();
     match node.body_mut() {
         Body::Leaf(l) => {
             let cells: Vec<usize> = (0..l.len()).map(|i| l.cell_bytes(i)).collect();
@@ -197,7 +198,7 @@ fn split_node(node: &mut Node, page_size: PageSize) -> Vec<(Vec<u8>, Node)> {
             for &cut in cuts.iter().rev() {
                 let right = l.split_off(cut);
                 let separator = shortest_separator(l.key(l.len() - 1), right.key(0));
-                pieces.push((separator, Node::new(Body::Leaf(right))));
+                pieces.push((separator, Node::new(Body::Leaf(right)).kept_if(keep)));
             }
         }
         Body::Branch(b) => {

@@ -393,11 +393,16 @@ impl Shared {
         Ok(())
     }
 
-    /// The nodes just written go to the page cache, and `tree` drops its
-    /// in-memory copies of every node that is on disk.
+    /// The nodes just written that readers may want (every branch, and
+    /// the leaves made from leaves the cache held: `Node::keep_cached`)
+    /// go to the page cache, and `tree` drops its in-memory copies of
+    /// every node that is on disk: the others are read from the data file
+    /// when needed.
     fn keep_in_cache_only(&self, placed: Placed, tree: &Tree) {
         for (loc, node) in placed.nodes {
-            self.cache.insert(loc, node);
+            if node.keep_cached() {
+                self.cache.insert(loc, node);
+            }
         }
         detach_clean(tree);
     }

@@ -303,6 +303,64 @@ fn a_store_larger_than_the_cache_opens_lazily_and_stays_in_budget() {
     assert!(s.evictions > 0, "{s:?}");
 }
 
+/// Commit `value` under keys `0..4000` (~6 to a leaf) and checkpoint.
+fn rewrite_all(db: &Database, value: u8) {
+    for b in 0..40u32 {
+        let w = db.begin_write().unwrap();
+        {
+            let mut t = w.open_table("t").unwrap();
+            for k in b * 100..(b + 1) * 100 {
+                t.insert(k.to_be_bytes(), [value; 600]).unwrap();
+            }
+        }
+        w.commit().unwrap();
+    }
+    db.checkpoint().unwrap();
+}
+
+/// Page-cache misses while reading keys `keys`, checking their value.
+fn misses_reading(db: &Database, keys: std::ops::Range<u32>, value: u8) -> u64 {
+    let before = db.stats().cache.misses;
+    let r = db.begin_read();
+    let t = r.open_table("t").unwrap();
+    for k in keys {
+        assert_eq!(
+            &*t.get(k.to_be_bytes()).unwrap().unwrap(),
+            &[value; 600][..]
+        );
+    }
+    db.stats().cache.misses - before
+}
+
+/// A checkpoint keeps in the page cache the new versions of the leaves
+/// the cache held, and adds no others: a fold that rewrites every leaf
+/// leaves the cache as readers filled it, not full of what it wrote.
+#[test]
+fn a_checkpoint_caches_what_readers_had_cached_and_nothing_else() {
+    let vfs = SimVfs::new(7);
+    let db = builder(&vfs)
+        .cache_bytes(8 << 20)
+        .read_mapped(false)
+        .create("/s")
+        .unwrap();
+    rewrite_all(&db, 1);
+    assert!(
+        misses_reading(&db, 0..400, 1) > 40,
+        "the checkpoint cached leaves no reader had read"
+    );
+    assert_eq!(misses_reading(&db, 0..400, 1), 0);
+    rewrite_all(&db, 2);
+    assert_eq!(
+        misses_reading(&db, 0..400, 2),
+        0,
+        "the new versions of the cached leaves were not kept"
+    );
+    assert!(
+        misses_reading(&db, 2000..2400, 2) > 40,
+        "leaves no reader had cached were kept"
+    );
+}
+
 /// A damaged record in the middle of the journal (not a torn tail) makes
 /// the open fail with a clear error instead of dropping acknowledged
 /// commits.
