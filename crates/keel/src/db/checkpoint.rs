@@ -86,20 +86,27 @@ impl Pace {
     }
 
     /// After a batch: sleep as long as it took if commits arrived during
-    /// it and neither the memtables nor the journal are past half their
-    /// backpressure budget (past it, a writer would soon have to wait for
-    /// this checkpoint: better finish it at full speed).
-    fn after_batch(&mut self, s: &Shared) {
+    /// it and the budgets have room ([`budgets_have_room`]). Returns
+    /// whether they had.
+    fn after_batch(&mut self, s: &Shared) -> bool {
         let commits = s.counters.commits.load(Ordering::Relaxed);
-        let o = &s.options;
-        let room = s.dirty_bytes.load(Ordering::Relaxed) < o.backpressure_dirty_bytes / 2
-            && s.bytes_since_checkpoint.load(Ordering::Relaxed) < o.backpressure_journal_bytes / 2;
+        let room = budgets_have_room(s);
         if let Some(pause) = pace_pause(self.since.elapsed(), commits != self.commits, room) {
             std::thread::sleep(pause);
         }
         self.commits = commits;
         self.since = Instant::now();
+        room
     }
+}
+
+/// Whether neither the memtables nor the journal are past half their
+/// backpressure budget: past it, a writer would soon have to wait for
+/// the checkpoint under way, which had better finish at full speed.
+fn budgets_have_room(s: &Shared) -> bool {
+    let o = &s.options;
+    s.dirty_bytes.load(Ordering::Relaxed) < o.backpressure_dirty_bytes / 2
+        && s.bytes_since_checkpoint.load(Ordering::Relaxed) < o.backpressure_journal_bytes / 2
 }
 
 /// How long a paced fold sleeps after a batch that took `worked`:
@@ -361,6 +368,10 @@ impl Shared {
         // a writer under backpressure, `checkpoint` and `close` wait for
         // theirs.
         let mut pace = (fork.is_none() && self.options.paced_checkpoints).then(|| Pace::new(self));
+        // A paced fold keeps the disk free for the journal while the
+        // budgets have room; any other writes at full speed.
+        run.out
+            .overlap_writeback(pace.is_none() || !budgets_have_room(self));
         layer.fold_into(
             tm,
             &self.cache,
@@ -368,7 +379,8 @@ impl Shared {
             batch.clamp(FOLD_MIN_BATCH, FOLD_MAX_BATCH),
             &mut |tm: &mut TreeMut| -> Result<()> {
                 if let Some(p) = &mut pace {
-                    p.after_batch(self);
+                    let room = p.after_batch(self);
+                    run.out.overlap_writeback(!room);
                 }
                 if (copied(tm) - mark) * ps < budget {
                     return Ok(());

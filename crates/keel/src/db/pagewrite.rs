@@ -9,14 +9,12 @@
 //! the `fdatasync` after it held a commit's journal write for 167 ms
 //! (traced, `keel bench commit --workload w3 --engine store`, 2026-11-25).
 //!
-//! Written through the page cache, each buffer's writeback started
-//! (`VfsFile::start_write_back`, `sync_file_range`) and waited for
-//! (`VfsFile::write_back`) before the next buffer is written: a
-//! checkpoint keeps at most one buffer's worth in the disk's queue ahead
-//! of the journal's writes, as `O_DIRECT` writes did, while it encodes the
-//! next buffer's pages (waiting for each buffer right after starting it
-//! cost a 10M-key fill a sixth of its checkpoints' time, see
-//! [`PageWriter::flush`]). Its pages stay in the
+//! Written through the page cache, each buffer then written back and
+//! waited for (`VfsFile::write_back`, `sync_file_range`): a checkpoint
+//! keeps at most one buffer's worth in the disk's queue ahead of the
+//! journal's writes, as `O_DIRECT` writes did. A checkpoint that writers
+//! will soon wait for overlaps the two instead
+//! ([`PageWriter::overlap_writeback`]). Its pages stay in the
 //! page cache afterwards, so that reads after a restart (of a store closed
 //! clean, which keeps them) come from memory, not the disk: point gets of
 //! a million keys just loaded, the store closed and opened again, ran at
@@ -47,8 +45,10 @@ pub(crate) struct PageWriter<'f> {
     capacity: usize,
     /// Pages written.
     pub written: u64,
-    /// The byte range whose writeback the last flush started.
+    /// The byte range whose writeback the last flush started and did
+    /// not wait for.
     in_flight: Option<(u64, u64)>,
+    overlap: bool,
 }
 
 impl<'f> PageWriter<'f> {
@@ -64,6 +64,7 @@ impl<'f> PageWriter<'f> {
             capacity,
             written: 0,
             in_flight: None,
+            overlap: false,
         }
     }
 
@@ -81,16 +82,26 @@ impl<'f> PageWriter<'f> {
         Ok(())
     }
 
+    /// Whether each flush leaves its buffer's writeback running while the
+    /// next buffer is encoded (waiting for it before writing the next),
+    /// instead of waiting for it at once. Still at most one buffer in the
+    /// disk's queue, but for most of the checkpoint instead of only while
+    /// it waits, so a commit's journal write more often queues behind it:
+    /// for a checkpoint that commits wait for (past half a backpressure
+    /// budget, or run by a writer). Waiting at once, a 10M-key fill (w3's
+    /// shape, default options) spent 4.8 s of its checkpoints' 27 s
+    /// waiting for writeback while the disk idled as pages were encoded;
+    /// overlapping on every checkpoint cost the protocol's w3 (10,000
+    /// transactions, its checkpoints paced) 3 % (medians of 8).
+    pub(crate) fn overlap_writeback(&mut self, yes: bool) {
+        self.overlap = yes;
+    }
+
     /// Write what is queued, sorted by page number, a run of consecutive
     /// pages per system call, after waiting for the writeback of the
-    /// buffer before, and start its writeback (see the module doc). The
-    /// data file's sync waits for the last one.
-    ///
-    /// Why not wait for each buffer right after starting it, as flushes
-    /// once did: the disk then idled while the next buffer was encoded,
-    /// and the checkpoint while the disk wrote. A 10M-key fill (w3's
-    /// shape, default options, 8 checkpoints) waited 4.8 s of its
-    /// checkpoints' 27 s that way.
+    /// buffer before if it is still running, then write this one back
+    /// (see [`PageWriter::overlap_writeback`]). The data file's sync
+    /// waits for the last one.
     pub(crate) fn flush(&mut self) -> io::Result<()> {
         // Before this buffer's pages are written: a range overlapping the
         // last one would otherwise be written back and waited for too.
@@ -116,8 +127,12 @@ impl<'f> PageWriter<'f> {
         }
         if let (Some(first), Some(last)) = (self.slots.first(), self.slots.last()) {
             let (from, to) = (first.0 * ps as u64, (last.0 + 1) * ps as u64);
-            self.file.start_write_back(from, to - from)?;
-            self.in_flight = Some((from, to - from));
+            if self.overlap {
+                self.file.start_write_back(from, to - from)?;
+                self.in_flight = Some((from, to - from));
+            } else {
+                self.file.write_back(from, to - from)?;
+            }
         }
         self.slots.clear();
         Ok(())
