@@ -303,14 +303,15 @@ fn a_store_larger_than_the_cache_opens_lazily_and_stays_in_budget() {
     assert!(s.evictions > 0, "{s:?}");
 }
 
-/// Commit `value` under keys `0..4000` (~6 to a leaf) and checkpoint.
-fn rewrite_all(db: &Database, value: u8) {
-    for b in 0..40u32 {
+/// Commit `len` bytes of `value` under each of `keys` and checkpoint.
+fn put_all(db: &Database, keys: impl Iterator<Item = u32>, value: u8, len: usize) {
+    let keys: Vec<u32> = keys.collect();
+    for part in keys.chunks(100) {
         let w = db.begin_write().unwrap();
         {
             let mut t = w.open_table("t").unwrap();
-            for k in b * 100..(b + 1) * 100 {
-                t.insert(k.to_be_bytes(), [value; 600]).unwrap();
+            for k in part {
+                t.insert(k.to_be_bytes(), vec![value; len]).unwrap();
             }
         }
         w.commit().unwrap();
@@ -318,47 +319,62 @@ fn rewrite_all(db: &Database, value: u8) {
     db.checkpoint().unwrap();
 }
 
-/// Page-cache misses while reading keys `keys`, checking their value.
-fn misses_reading(db: &Database, keys: std::ops::Range<u32>, value: u8) -> u64 {
+/// Page-cache misses while reading `keys`, checking their value.
+fn misses_reading(db: &Database, keys: impl Iterator<Item = u32>, value: u8, len: usize) -> u64 {
     let before = db.stats().cache.misses;
     let r = db.begin_read();
     let t = r.open_table("t").unwrap();
     for k in keys {
         assert_eq!(
             &*t.get(k.to_be_bytes()).unwrap().unwrap(),
-            &[value; 600][..]
+            &vec![value; len][..]
         );
     }
     db.stats().cache.misses - before
 }
 
 /// A checkpoint keeps in the page cache the new versions of the leaves
-/// the cache held, and adds no others: a fold that rewrites every leaf
-/// leaves the cache as readers filled it, not full of what it wrote.
+/// the cache held (the pieces of one it split too), and adds no others: a
+/// fold that rewrites every leaf leaves the cache as readers filled it,
+/// not full of what it wrote.
 #[test]
 fn a_checkpoint_caches_what_readers_had_cached_and_nothing_else() {
     let vfs = SimVfs::new(7);
     let db = builder(&vfs)
-        .cache_bytes(8 << 20)
+        .cache_bytes(32 << 20)
         .read_mapped(false)
         .create("/s")
         .unwrap();
-    rewrite_all(&db, 1);
+    // Even keys, 600-byte values: loaded in order, leaves of three.
+    let even = |n: u32| (0..n).map(|k| 2 * k);
+    put_all(&db, even(4000), 1, 600);
     assert!(
-        misses_reading(&db, 0..400, 1) > 40,
+        misses_reading(&db, even(200), 1, 600) > 40,
         "the checkpoint cached leaves no reader had read"
     );
-    assert_eq!(misses_reading(&db, 0..400, 1), 0);
-    rewrite_all(&db, 2);
+    assert_eq!(misses_reading(&db, even(200), 1, 600), 0);
+    put_all(&db, even(4000), 2, 600);
     assert_eq!(
-        misses_reading(&db, 0..400, 2),
+        misses_reading(&db, even(200), 2, 600),
         0,
         "the new versions of the cached leaves were not kept"
     );
     assert!(
-        misses_reading(&db, 2000..2400, 2) > 40,
+        misses_reading(&db, even(1200).skip(1000), 2, 600) > 40,
         "leaves no reader had cached were kept"
     );
+    // Every key between them too, 1,000-byte values: six to a leaf of
+    // three, so every leaf splits.
+    put_all(&db, 0..8000, 3, 1000);
+    assert_eq!(
+        misses_reading(&db, 0..400, 3, 1000),
+        0,
+        "the pieces of a cached leaf that split were not kept"
+    );
+    // Counted last: it reads every leaf. No page holds four 1,000-byte
+    // values.
+    let leaves = db.tree_stats().unwrap().leaves;
+    assert!(leaves >= 2000, "{leaves} leaves: the leaves did not split");
 }
 
 /// A damaged record in the middle of the journal (not a torn tail) makes
