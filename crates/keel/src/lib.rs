@@ -16,6 +16,7 @@ mod bell;
 pub mod btree;
 pub mod db;
 mod era;
+mod hint;
 pub mod io;
 pub mod journal;
 mod le;

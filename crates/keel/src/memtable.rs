@@ -78,6 +78,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use crossbeam_epoch::{self as epoch, Atomic, Guard, Owned, Shared};
 use crossbeam_utils::CachePadded;
 
+use crate::hint::prefetch;
 use crate::stripe::stripe;
 
 mod arena;
@@ -247,20 +248,6 @@ fn slot_cmp(a: &(Head, *const Entry), b: &(Head, *const Entry)) -> CmpOrdering {
 }
 
 // ----- nodes ----------------------------------------------------------------
-
-/// Ask the CPU to bring the cache line at `p` in (a hint: no read the
-/// program sees, no fault on any address).
-#[inline(always)]
-fn prefetch<T>(p: *const T) {
-    #[cfg(target_arch = "x86_64")]
-    // SAFETY: SSE is part of x86-64 (every such CPU has it), and a
-    // prefetch reads nothing the program sees and never faults.
-    unsafe {
-        core::arch::x86_64::_mm_prefetch::<{ core::arch::x86_64::_MM_HINT_T0 }>(p.cast())
-    };
-    #[cfg(not(target_arch = "x86_64"))]
-    let _ = p;
-}
 
 /// A node: a leaf (entries) or an inner node (children). Slots below `len`
 /// never change once reachable, except an inner node's child pointers

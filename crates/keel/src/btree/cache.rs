@@ -20,6 +20,7 @@ use super::node::{lock, Node};
 use super::page::{decode_node, decode_overflow, search_leaf, FoundCell, LeafSearch};
 use super::pagetable::{PageTable, MAX_PAGES};
 use super::{BtreeError, Location, PageNo, PageSize};
+use crate::hint::prefetch;
 use crate::io::{AlignedBuf, GrowingMap, VfsFile};
 use crate::stripe::Striped;
 
@@ -764,21 +765,9 @@ impl Shard {
 /// instead of leaving the CPU's prefetcher to find the stream.
 #[inline]
 fn prefetch_page(page: &[u8]) {
-    #[cfg(target_arch = "x86_64")]
-    {
-        use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
-        for line in page.chunks(64) {
-            // SAFETY: a prefetch is a hint that never faults nor changes
-            // memory, whatever the address; SSE, which it needs, is part
-            // of every x86_64 CPU.
-            #[allow(unsafe_code)]
-            unsafe {
-                _mm_prefetch::<_MM_HINT_T0>(line.as_ptr().cast::<i8>());
-            }
-        }
+    for line in page.chunks(64) {
+        prefetch(line.as_ptr());
     }
-    #[cfg(not(target_arch = "x86_64"))]
-    let _ = page;
 }
 
 #[cfg(test)]

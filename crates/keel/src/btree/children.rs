@@ -25,6 +25,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use super::node::{lock, Node};
 use super::Location;
+use crate::hint::prefetch;
 
 /// A branch's reference to a child: where the child is on disk, and the
 /// child itself while it is in memory. A reader takes the in-memory child
@@ -321,25 +322,15 @@ impl Children {
     /// samples of a lookup's `child_or_location`.
     #[inline]
     pub(crate) fn prefetch(&self) {
-        #[cfg(target_arch = "x86_64")]
-        {
-            use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
-            // Two lines from the list's start: 16 chunk pointers (256
-            // children) if the list starts on a line, and at least 8
-            // (128 children) if not. A 4 KiB branch holds at most 120
-            // children with 16-byte user keys (14 bytes a cell and the
-            // 20-byte key); one with more children gets its first
-            // chunks prefetched, the rest not.
-            let start = self.chunks.as_ptr().cast::<i8>();
-            // SAFETY: a prefetch is a hint that never faults nor changes
-            // memory, whatever the address; SSE, which it needs, is part
-            // of every x86_64 CPU.
-            #[allow(unsafe_code)]
-            unsafe {
-                _mm_prefetch::<_MM_HINT_T0>(start);
-                _mm_prefetch::<_MM_HINT_T0>(start.wrapping_add(64));
-            }
-        }
+        // Two lines from the list's start: 16 chunk pointers (256
+        // children) if the list starts on a line, and at least 8 (128
+        // children) if not. A 4 KiB branch holds at most 120 children
+        // with 16-byte user keys (14 bytes a cell and the 20-byte key);
+        // one with more children gets its first chunks prefetched, the
+        // rest not.
+        let start = self.chunks.as_ptr().cast::<u8>();
+        prefetch(start);
+        prefetch(start.wrapping_add(64));
     }
 
     /// Where child `i` is, when it is known without the lock to be only
