@@ -428,65 +428,93 @@ impl TreeMut {
         fork: &dyn Fork,
     ) -> Result<(), BtreeError> {
         let (root, mut w) = self.root_and_writer(src);
-        let result = {
-            let node = root.as_mut().expect("checked: a branch");
-            let Body::Branch(b) = w.make_mut(node).body_mut() else {
-                unreachable!("checked: a branch")
-            };
-            let all: Vec<u32> = (0..changes.len() as u32).collect();
-            let (indices, runs) = by_child(b, changes, &all);
-            let mut groups = Vec::with_capacity(runs.len());
-            for (child, run) in runs {
-                let (loc, mem) = b.child_mut(child).parts_mut();
-                groups.push(Mutex::new(Group {
-                    child,
-                    changes: &indices[run],
-                    loc: *loc,
-                    mem: mem.take(),
-                    changed: None,
-                    freed: Vec::new(),
-                    created: 0,
-                    result: Ok(()),
-                }));
-            }
-            let batch = Batch {
-                src,
-                page_size: w.page_size,
-                level: b.level() - 1,
-                changes,
-                groups,
-                next: AtomicUsize::new(0),
-            };
-            fork.fork(&|| batch.work());
-            let mut result = Ok(());
-            let mut changed = Vec::new();
-            for group in batch.groups {
-                let group = group.into_inner().unwrap_or_else(PoisonError::into_inner);
-                w.freed.extend_from_slice(&group.freed);
-                *w.created += group.created;
-                if result.is_ok() {
-                    result = group.result;
-                }
-                let (loc, mem) = b.child_mut(group.child).parts_mut();
-                match group.changed {
-                    Some(node) => {
-                        // The child now differs from its page (reported
-                        // freed when the group made the node its own).
-                        *loc = None;
-                        *mem = Some(node);
-                        changed.push(group.child);
-                    }
-                    None => *mem = group.mem,
-                }
-            }
-            // Every child is back in place before any is fixed: fixing one
-            // may merge it with a sibling.
-            for &i in changed.iter().rev() {
-                w.fix_child(b, i)?;
-            }
-            result
-        };
-        result?;
+        let node = w.make_mut(root.as_mut().expect("checked: a branch"));
+        let all: Vec<u32> = (0..changes.len() as u32).collect();
+        w.apply_forked(node, changes, &all, fork)?;
         w.fix_root(root)
+    }
+}
+
+impl Writer<'_> {
+    /// Apply `changes[i]` for each `i` of `picked` under `node`, a branch
+    /// this writer owns, sharing them out among the children of the
+    /// highest node on their way that more than one child of takes some:
+    /// each such child goes to whichever thread `fork` offers next. A
+    /// checkpoint's fold gives a few thousand sorted keys at a time, which
+    /// at ten million keys all fall under one child of the root (a few
+    /// dozen children each over ~14,000 leaves) but spread over a dozen
+    /// or more level-1 branches: sharing out at the root alone left every
+    /// fold on one thread. Below level 2 (a few leaves) it stays on this
+    /// thread: waking another costs more than those leaves.
+    fn apply_forked(
+        &mut self,
+        node: &mut Node,
+        changes: &[Change<'_>],
+        picked: &[u32],
+        fork: &dyn Fork,
+    ) -> Result<(), BtreeError> {
+        let level = node.as_branch().map_or(0, Branch::level);
+        if level < 2 {
+            return self.apply_grouped(node, changes, picked);
+        }
+        let Body::Branch(b) = node.body_mut() else {
+            unreachable!("checked: a branch")
+        };
+        let (indices, runs) = by_child(b, changes, picked);
+        if let [(child, _)] = runs[..] {
+            let n = self.child_mut(b, child)?;
+            self.apply_forked(n, changes, &indices, fork)?;
+            return self.fix_child(b, child);
+        }
+        let mut groups = Vec::with_capacity(runs.len());
+        for (child, run) in runs {
+            let (loc, mem) = b.child_mut(child).parts_mut();
+            groups.push(Mutex::new(Group {
+                child,
+                changes: &indices[run],
+                loc: *loc,
+                mem: mem.take(),
+                changed: None,
+                freed: Vec::new(),
+                created: 0,
+                result: Ok(()),
+            }));
+        }
+        let batch = Batch {
+            src: self.src,
+            page_size: self.page_size,
+            level: level - 1,
+            changes,
+            groups,
+            next: AtomicUsize::new(0),
+        };
+        fork.fork(&|| batch.work());
+        let mut result = Ok(());
+        let mut changed = Vec::new();
+        for group in batch.groups {
+            let group = group.into_inner().unwrap_or_else(PoisonError::into_inner);
+            self.freed.extend_from_slice(&group.freed);
+            *self.created += group.created;
+            if result.is_ok() {
+                result = group.result;
+            }
+            let (loc, mem) = b.child_mut(group.child).parts_mut();
+            match group.changed {
+                Some(node) => {
+                    // The child now differs from its page (reported
+                    // freed when the group made the node its own).
+                    *loc = None;
+                    *mem = Some(node);
+                    changed.push(group.child);
+                }
+                None => *mem = group.mem,
+            }
+        }
+        // Every child is back in place before any is fixed: fixing one
+        // may merge it with a sibling.
+        for &i in changed.iter().rev() {
+            self.fix_child(b, i)?;
+        }
+        result
     }
 }

@@ -19,7 +19,7 @@ use std::sync::Arc;
 
 use proptest::prelude::*;
 
-use super::test_disk::Disk;
+use super::test_disk::{Disk, TwoThreads};
 use super::*;
 
 const KEYS: u16 = 400;
@@ -316,18 +316,6 @@ impl Run {
         }
         let held = self.disk.cache.stats().cached_bytes as usize;
         assert!(held <= CACHE_BYTES, "cache holds {held} bytes");
-    }
-}
-
-/// Runs the work on the calling thread and on one scoped thread.
-struct TwoThreads;
-
-impl Fork for TwoThreads {
-    fn fork(&self, work: &(dyn Fn() + Sync)) {
-        std::thread::scope(|s| {
-            s.spawn(work);
-            work();
-        });
     }
 }
 

@@ -84,3 +84,15 @@ fn cache(file: &Arc<dyn VfsFile>, ps: PageSize, cache_bytes: usize, mapped: bool
     assert_eq!(cache.reads_mapped(), mapped);
     cache
 }
+
+/// Runs the work on the calling thread and on one scoped thread.
+pub(crate) struct TwoThreads;
+
+impl Fork for TwoThreads {
+    fn fork(&self, work: &(dyn Fn() + Sync)) {
+        std::thread::scope(|s| {
+            s.spawn(work);
+            work();
+        });
+    }
+}

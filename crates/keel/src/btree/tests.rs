@@ -6,7 +6,7 @@ use std::collections::BTreeSet;
 use std::ops::Bound::{self, Excluded, Included, Unbounded};
 use std::sync::Arc;
 
-use super::test_disk::Disk;
+use super::test_disk::{Disk, TwoThreads};
 use super::*;
 
 const PS: PageSize = PageSize::DEFAULT;
@@ -642,5 +642,83 @@ fn measure_fold() {
             write.as_nanos() / keys.len() as u128,
             keys.len()
         );
+    }
+}
+
+/// A page source that notes which threads load leaves to change them,
+/// each load taking a millisecond so that two threads sharing the work
+/// both get some.
+struct WatchedLeaves<'a> {
+    inner: &'a dyn PageSource,
+    threads: std::sync::Mutex<std::collections::HashSet<std::thread::ThreadId>>,
+}
+
+impl PageSource for WatchedLeaves<'_> {
+    fn load(&self, loc: Location) -> Result<Arc<Node>, BtreeError> {
+        self.inner.load(loc)
+    }
+
+    fn load_to_change(&self, loc: Location) -> Result<Arc<Node>, BtreeError> {
+        let node = self.inner.load_to_change(loc)?;
+        if node.as_branch().is_none() {
+            self.threads
+                .lock()
+                .unwrap()
+                .insert(std::thread::current().id());
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        Ok(node)
+    }
+
+    fn load_overflow(&self, first: Location, len: u64) -> Result<OverflowData, BtreeError> {
+        self.inner.load_overflow(first, len)
+    }
+}
+
+/// A checkpoint's fold gives sorted keys a few thousand at a time, which
+/// in a large tree all fall under one child of the root: they must still
+/// be shared out between threads, below the root.
+#[test]
+fn a_batch_under_one_child_of_the_root_is_shared_out_below_it() {
+    let mut disk = Disk::new(PS, 64 * 1024);
+    let mut tm = Tree::new(PS).edit();
+    for i in 0..3000 {
+        tm.insert(&disk.cache, &long_key(i), &value(i, 100))
+            .unwrap();
+    }
+    let cp = disk.checkpoint(&tm.snapshot());
+    let cold = disk.cold_cache(64 * 1024);
+    let tree = Tree::open(PS, &cold, cp.root).unwrap();
+    let root = Arc::clone(tree.root().unwrap());
+    let root = root.as_branch().unwrap();
+    assert!(root.level() >= 3, "a root of level {}", root.level());
+    let keys: Vec<Vec<u8>> = (0..200).map(long_key).collect();
+    assert_eq!(
+        root.child_index(&keys[0]),
+        root.child_index(&keys[199]),
+        "the batch is under one child of the root"
+    );
+    let new_value = value(7, 50);
+    let changes: Vec<Change<'_>> = keys
+        .iter()
+        .map(|k| Change::Put {
+            key: k,
+            value: &new_value,
+            shared: None,
+        })
+        .collect();
+    let src = WatchedLeaves {
+        inner: &cold,
+        threads: Default::default(),
+    };
+    let mut tm = tree.edit();
+    tm.apply(&src, &changes, Some(&TwoThreads)).unwrap();
+    let threads = src.threads.lock().unwrap().len();
+    assert_eq!(threads, 2, "leaves were changed on {threads} thread(s)");
+    let t = tm.snapshot();
+    assert_eq!(check_tree(&t, &cold).unwrap().entries, 3000);
+    for i in 0..3000 {
+        let want = if i < 200 { value(7, 50) } else { value(i, 100) };
+        assert_eq!(get(&t, &cold, &long_key(i)).unwrap(), want, "key {i}");
     }
 }

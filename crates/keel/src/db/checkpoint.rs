@@ -109,6 +109,27 @@ fn budgets_have_room(s: &Shared) -> bool {
         && s.bytes_since_checkpoint.load(Ordering::Relaxed) < o.backpressure_journal_bytes / 2
 }
 
+/// The helper for a background checkpoint's fold, but only while the
+/// budgets have no room ([`budgets_have_room`]): then writers will soon
+/// wait for this checkpoint, and a fold on two threads ends sooner. With
+/// room it folds alone, leaving the helper to committers: on these 2-vCPU
+/// VMs, checkpoints folding on two threads all the time slowed w3 (see
+/// [`Shared::run_checkpointer`]).
+struct WhenPressed<'s> {
+    shared: &'s Shared,
+    helper: &'s dyn Fork,
+}
+
+impl Fork for WhenPressed<'_> {
+    fn fork(&self, work: &(dyn Fn() + Sync)) {
+        if budgets_have_room(self.shared) {
+            work();
+        } else {
+            self.helper.fork(work);
+        }
+    }
+}
+
 /// How long a paced fold sleeps after a batch that took `worked`:
 /// [`PACE_SLEEP_RATIO`] times as long, up to [`PACE_MAX_SLEEP`], if
 /// commits arrived meanwhile and the budgets have room; else not at all.
@@ -146,10 +167,13 @@ impl Shared {
     /// runs at a lower priority (twice `Options::background_nice` below
     /// the opener, set when it starts: nice 10 by default, where
     /// committers win a contended CPU ~9 times in 10), and folds alone,
-    /// leaving the helper to committers.
+    /// leaving the helper to committers, while the budgets have room.
     /// On these 2-vCPU VMs, with checkpoints folding on two threads at
     /// normal priority, w3 ran at 4,500–4,800 transactions/s against
-    /// 5,600–5,900 with background checkpoints off (same hour).
+    /// 5,600–5,900 with background checkpoints off (same hour). Past half
+    /// a budget, writers will soon wait for the checkpoint anyway, and it
+    /// folds with the helper too ([`WhenPressed`]): a 10M-key fill ran
+    /// 1.12× faster to its close.
     pub(crate) fn run_checkpointer(self: Arc<Self>) {
         let mut last = Instant::now();
         loop {
@@ -183,7 +207,7 @@ impl Shared {
             drop(c);
             last = Instant::now();
             if !matches!(
-                panic::catch_unwind(AssertUnwindSafe(|| self.checkpoint_with(None))),
+                panic::catch_unwind(AssertUnwindSafe(|| self.background_checkpoint())),
                 Ok(Ok(_))
             ) {
                 // The checkpoint failed or panicked: it poisoned the store,
@@ -224,19 +248,35 @@ impl Shared {
     /// sync; under the slot again, make the folded tree the base (the
     /// frozen memtable goes); release the journal.
     pub(crate) fn checkpoint(&self) -> Result<Option<Lsn>> {
-        self.checkpoint_with(self.fork())
+        self.checkpoint_with(self.fork(), false)
     }
 
-    /// [`Shared::checkpoint`], folding on this thread alone (`fork: None`)
-    /// or with the helper.
+    /// The background checkpointer's [`Shared::checkpoint`]: paced, and
+    /// folding alone while the budgets have room; past half of one, with
+    /// the helper too (see [`WhenPressed`]).
+    fn background_checkpoint(&self) -> Result<Option<Lsn>> {
+        match self.fork() {
+            Some(helper) => self.checkpoint_with(
+                Some(&WhenPressed {
+                    shared: self,
+                    helper,
+                }),
+                true,
+            ),
+            None => self.checkpoint_with(None, true),
+        }
+    }
+
+    /// [`Shared::checkpoint`], folding on the threads `fork` offers (or
+    /// this one alone), paced if `paced` (and `Options::paced_checkpoints`).
     ///
     /// A panic (a bug) poisons the store before it goes on up this
     /// thread: a frozen memtable left unfolded would never be checkpointed,
     /// and writers would wait for room forever.
-    fn checkpoint_with(&self, fork: Option<&dyn Fork>) -> Result<Option<Lsn>> {
+    fn checkpoint_with(&self, fork: Option<&dyn Fork>, paced: bool) -> Result<Option<Lsn>> {
         let _one = lock(&self.ckpt_run);
         self.check_poison()?;
-        match panic::catch_unwind(AssertUnwindSafe(|| self.checkpoint_steps(fork))) {
+        match panic::catch_unwind(AssertUnwindSafe(|| self.checkpoint_steps(fork, paced))) {
             Ok(r) => r,
             Err(p) => {
                 self.panicked("a checkpoint", p.as_ref());
@@ -246,7 +286,7 @@ impl Shared {
     }
 
     /// The steps of [`Shared::checkpoint_with`], one checkpoint at a time.
-    fn checkpoint_steps(&self, fork: Option<&dyn Fork>) -> Result<Option<Lsn>> {
+    fn checkpoint_steps(&self, fork: Option<&dyn Fork>, paced: bool) -> Result<Option<Lsn>> {
         let started = Instant::now();
         let Some((lsn, frozen)) = self.freeze()? else {
             return Ok(None);
@@ -259,7 +299,7 @@ impl Shared {
         // before it is durable. Whenever the nodes it copied outgrow
         // `fold_bytes`, they are written out and dropped from memory.
         let mut tm = old_tree.edit();
-        let folded = self.fold(&layer, &mut tm, fork, &mut run);
+        let folded = self.fold(&layer, &mut tm, fork, paced, &mut run);
         if let Err(e) = folded {
             let why = self.set_poison(&format!("checkpoint: folding up to lsn {lsn}: {e}"));
             return Err(DbError::Poisoned(why));
@@ -352,6 +392,7 @@ impl Shared {
         layer: &Layer,
         tm: &mut TreeMut,
         fork: Option<&dyn Fork>,
+        paced: bool,
         run: &mut Writing<'_>,
     ) -> Result<()> {
         #[cfg(test)]
@@ -364,10 +405,9 @@ impl Shared {
         let copied = |tm: &TreeMut| tm.freed().len() as u64 + tm.created();
         let mut mark = copied(tm);
         let batch = usize::try_from(budget / ps).unwrap_or(usize::MAX);
-        // Only the background checkpointer (which folds alone) is paced:
-        // a writer under backpressure, `checkpoint` and `close` wait for
-        // theirs.
-        let mut pace = (fork.is_none() && self.options.paced_checkpoints).then(|| Pace::new(self));
+        // Only the background checkpointer is paced: a writer under
+        // backpressure, `checkpoint` and `close` wait for theirs.
+        let mut pace = (paced && self.options.paced_checkpoints).then(|| Pace::new(self));
         // A paced fold keeps the disk free for the journal while the
         // budgets have room; any other writes at full speed.
         run.out
