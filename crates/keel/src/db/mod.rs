@@ -169,7 +169,8 @@ impl Builder {
         self.options.checkpoint_interval = every;
         self
     }
-    /// Writers checkpoint themselves past this many uncovered bytes.
+    /// Writers wait for a checkpoint (or run one) past this many
+    /// uncovered bytes.
     pub fn backpressure_journal_bytes(mut self, bytes: u64) -> Self {
         self.options.backpressure_journal_bytes = bytes;
         self
@@ -179,7 +180,8 @@ impl Builder {
         self.options.checkpoint_dirty_bytes = bytes;
         self
     }
-    /// Writers checkpoint themselves past this many bytes of changed pages.
+    /// Writers wait for a checkpoint (or run one) past this many bytes of
+    /// memtables.
     pub fn backpressure_dirty_bytes(mut self, bytes: u64) -> Self {
         self.options.backpressure_dirty_bytes = bytes;
         self
@@ -291,6 +293,13 @@ pub struct Stats {
     /// Parts checkpoints wrote before their last: each time a fold's
     /// changed pages reached `fold_bytes`.
     pub fold_parts: u64,
+    /// Times `begin_write` found the store past a backpressure budget
+    /// (`Options::backpressure_dirty_bytes`,
+    /// `Options::backpressure_journal_bytes`) and waited.
+    pub backpressure_waits: u64,
+    /// Checkpoints those writers ran themselves: when no checkpoint was
+    /// under way, or the one they waited for left the store past a budget.
+    pub backpressure_checkpoints: u64,
     /// Transactions committed (with a record) since open.
     pub commits: u64,
     /// Groups of blind transactions committed together by one leader
@@ -487,8 +496,9 @@ impl Database {
 
     /// Begin a write transaction. Does not wait for another one: the
     /// transaction takes the writer slot at its first read, or at
-    /// `commit` (see [`WriteTxn`]). Runs a checkpoint first when the
-    /// store is past its backpressure budgets (on a thread whose own
+    /// `commit` (see [`WriteTxn`]). Past the store's backpressure budgets
+    /// it first waits for the checkpoint under way, or runs one if none is
+    /// or the store is still past them after it (on a thread whose own
     /// write transaction holds the writer slot, that fails with
     /// [`DbError::WouldDeadlock`]). Readers are never blocked by writers.
     pub fn begin_write(&self) -> Result<WriteTxn> {
@@ -582,6 +592,8 @@ impl Database {
             checkpoint_pages: c.checkpoint_pages.load(Ordering::Relaxed),
             checkpoint_ms: c.checkpoint_us.load(Ordering::Relaxed) as f64 / 1000.0,
             fold_parts: c.fold_parts.load(Ordering::Relaxed),
+            backpressure_waits: c.backpressure_waits.load(Ordering::Relaxed),
+            backpressure_checkpoints: c.backpressure_checkpoints.load(Ordering::Relaxed),
             commits: c.commits.load(Ordering::Relaxed) + c.direct_commits.sum()[0],
             direct_commits: c.direct_commits.sum()[0],
             commit_groups: c.groups.load(Ordering::Relaxed),

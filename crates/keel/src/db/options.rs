@@ -48,17 +48,18 @@ pub struct Options {
     /// A checkpoint starts this long after the last one when anything was
     /// committed since (`None`: only by bytes).
     pub checkpoint_interval: Option<Duration>,
-    /// Writers stop and checkpoint themselves when this many record bytes
-    /// are not covered by a checkpoint (the background checkpointer fell
+    /// Writers stop (they wait for the checkpoint under way, or run one
+    /// themselves if none is) when this many record bytes are not covered
+    /// by a checkpoint (the background checkpointer fell
     /// behind): bounds the replay time.
     pub backpressure_journal_bytes: u64,
     /// A checkpoint starts once the memtable holding the commits since the
     /// last one reaches about this many bytes (keys, values and their
     /// bookkeeping). Memtables are outside the page cache's budget.
     pub checkpoint_dirty_bytes: u64,
-    /// Writers stop and checkpoint themselves when the memtables (the
-    /// active one and one being folded by a checkpoint) reach this many
-    /// bytes: with `cache_bytes`, this bounds the store's memory. 512 MiB
+    /// Writers stop (they wait for the checkpoint under way, or run one
+    /// themselves if none is) when the memtables (the active one and one
+    /// being folded by a checkpoint) reach this many bytes: with `cache_bytes`, this bounds the store's memory. 512 MiB
     /// by default: a 10M-key fill ran as fast as with 1 GiB (3,841 against
     /// 3,858 transactions/s, medians of 3) and peaked 345 MiB lower
     /// (docs/store-performance.md, "A 10M-key fill").

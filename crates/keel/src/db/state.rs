@@ -102,6 +102,10 @@ pub(crate) struct Counters {
     pub checkpoint_us: AtomicU64,
     /// Parts checkpoints wrote before their last (`Options::fold_bytes`).
     pub fold_parts: AtomicU64,
+    /// Writers that waited past a backpressure budget, and the checkpoints
+    /// they ran themselves.
+    pub backpressure_waits: AtomicU64,
+    pub backpressure_checkpoints: AtomicU64,
     pub commits: AtomicU64,
     pub groups: AtomicU64,
     pub grouped_commits: AtomicU64,
@@ -195,6 +199,8 @@ pub(crate) struct TestFaults {
     pub direct_apply_delay_ms: AtomicU64,
     /// The next checkpoint panics at this step (`CKPT_*`; 0: none).
     pub panic_in_checkpoint: std::sync::atomic::AtomicU8,
+    /// The next checkpoint's fold sleeps this long (ms) before it starts.
+    pub fold_delay_ms: AtomicU64,
 }
 
 #[cfg(test)]

@@ -589,6 +589,58 @@ fn writers_checkpoint_when_changed_pages_reach_their_budget() {
     db.check().unwrap();
 }
 
+/// Past `backpressure_dirty_bytes` with a background checkpoint under
+/// way, a writer waits for that checkpoint and goes on once its memtable
+/// is gone, instead of then running the next checkpoint itself (which
+/// held up its commits for a whole checkpoint while the next memtable had
+/// room).
+#[test]
+fn a_writer_past_the_budget_waits_for_the_checkpoint_under_way() {
+    let vfs = SimVfs::new(9);
+    let budget = 256 << 10;
+    let db = builder(&vfs)
+        .background_checkpoints(true)
+        .checkpoint_journal_bytes(1 << 40)
+        .backpressure_journal_bytes(1 << 40)
+        .checkpoint_dirty_bytes(budget / 2)
+        .backpressure_dirty_bytes(budget)
+        .create(Path::new("/s"))
+        .unwrap();
+    let faults = &db.shared.faults;
+    faults.fold_delay_ms.store(300, Relaxed);
+    let mut rng = 7u64;
+    let mut commit = || {
+        let w = db.begin_write().unwrap();
+        let mut t = w.open_table("t").unwrap();
+        for _ in 0..20 {
+            rng ^= rng << 13;
+            rng ^= rng >> 7;
+            rng ^= rng << 17;
+            t.insert(rng.to_be_bytes(), [1u8; 100]).unwrap();
+        }
+        w.commit().unwrap();
+    };
+    // Up to the checkpoint's start, then until it is in its fold's delay.
+    while db.stats().dirty_bytes < budget / 2 {
+        commit();
+    }
+    for _ in 0..10_000 {
+        if faults.fold_delay_ms.load(Relaxed) == 0 {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    assert_eq!(faults.fold_delay_ms.load(Relaxed), 0, "no checkpoint began");
+    while db.stats().backpressure_waits == 0 {
+        commit();
+    }
+    let s = db.stats();
+    assert_eq!(s.backpressure_checkpoints, 0, "{s:?}");
+    assert!(s.checkpoints >= 1, "{s:?}");
+    assert!(s.dirty_bytes < budget, "{s:?}");
+    db.check().unwrap();
+}
+
 /// A fold that changes more than `fold_bytes` of pages is written in
 /// parts, each dropped from memory before the fold goes on; the parts'
 /// pages that later batches copy again (the path to where the fold stood,

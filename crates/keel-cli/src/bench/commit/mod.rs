@@ -184,8 +184,8 @@ pub struct StoreFlags {
     /// (`Options::checkpoint_dirty_bytes`; default: the store's).
     #[arg(long)]
     pub checkpoint_dirty: Option<Size>,
-    /// Store engine: memtable bytes at which writers stop and checkpoint
-    /// themselves (`Options::backpressure_dirty_bytes`; default: the
+    /// Store engine: memtable bytes at which writers stop until a
+    /// checkpoint ends (`Options::backpressure_dirty_bytes`; default: the
     /// store's).
     #[arg(long)]
     pub backpressure_dirty: Option<Size>,

@@ -183,6 +183,8 @@ fn stats_json(before: &Stats, after: &Stats) -> serde_json::Value {
         "checkpoint_pages": after.checkpoint_pages - before.checkpoint_pages,
         "checkpoint_ms": round(after.checkpoint_ms - before.checkpoint_ms, 1),
         "fold_parts": after.fold_parts - before.fold_parts,
+        "backpressure_waits": after.backpressure_waits - before.backpressure_waits,
+        "backpressure_checkpoints": after.backpressure_checkpoints - before.backpressure_checkpoints,
         "store_commits": after.commits - before.commits,
         "direct_commits": after.direct_commits - before.direct_commits,
         "commit_groups": after.commit_groups - before.commit_groups,
