@@ -294,6 +294,11 @@ impl RunResult {
     fn rate(&self) -> Option<f64> {
         self.result.as_ref().ok()?["commits_per_s"].as_f64()
     }
+
+    /// Commits per second counting the engine's `close` (w1–w3).
+    fn rate_to_close(&self) -> Option<f64> {
+        self.result.as_ref().ok()?["info"]["commits_per_s_to_close"].as_f64()
+    }
 }
 
 /// Removes the default data directory at the end (only the one this
@@ -458,13 +463,23 @@ struct Summary<'a> {
 }
 
 fn summarize<'a>(results: &'a [RunResult], cell: usize, engine: Kind) -> Summary<'a> {
+    summarize_by(results, cell, engine, RunResult::rate)
+}
+
+/// [`summarize`] of another rate of each run.
+fn summarize_by<'a>(
+    results: &'a [RunResult],
+    cell: usize,
+    engine: Kind,
+    rate: fn(&RunResult) -> Option<f64>,
+) -> Summary<'a> {
     let mut ok: Vec<(&'a serde_json::Value, f64)> = Vec::new();
     let mut failed = 0;
     for r in results
         .iter()
         .filter(|r| r.cell == cell && r.engine == engine)
     {
-        match (&r.result, r.rate()) {
+        match (&r.result, rate(r)) {
             (Ok(v), Some(rate)) => ok.push((v, rate)),
             _ => failed += 1,
         }
@@ -611,6 +626,7 @@ fn to_json(
             let mut engines = serde_json::Map::new();
             for &e in &plan.engines {
                 let s = summarize(results, ci, e);
+                let to_close = summarize_by(results, ci, e, RunResult::rate_to_close).median;
                 engines.insert(
                     e.name().into(),
                     json!({
@@ -620,6 +636,7 @@ fn to_json(
                         "min_per_s": s.min.map(|x| round(x, 1)),
                         "max_per_s": s.max.map(|x| round(x, 1)),
                         "ratio_vs_keel": s.median.zip(keel).map(|(m, k)| round(m / k, 3)),
+                        "median_per_s_to_close": to_close.map(|x| round(x, 1)),
                         "median_run_p50_us": s.mid.map(|m| m["p50_us"].clone()),
                         "median_run_p99_us": s.mid.map(|m| m["p99_us"].clone()),
                         "median_run_total_ms": s.mid.map(|m| m["total_ms"].clone()),
@@ -665,6 +682,55 @@ fn to_json(
             },
         })).collect::<Vec<_>>(),
     })
+}
+
+/// One row per cell that `keep` keeps: each engine's median `rate` over
+/// the rounds (min–max), and its ratio to keel's.
+fn rate_table(
+    plan: &Plan,
+    cells: &[Cell],
+    results: &[RunResult],
+    rate: fn(&RunResult) -> Option<f64>,
+    keep: fn(&Cell) -> bool,
+) -> String {
+    let mut out = String::new();
+    let keel_in = plan.engines.contains(&Kind::Keel);
+    out += "| cell | unit |";
+    for &e in &plan.engines {
+        out += &format!(" {} |", e.name());
+    }
+    out += "\n|---|---|";
+    for _ in &plan.engines {
+        out += "---|";
+    }
+    out.push('\n');
+    for (ci, c) in cells.iter().enumerate().filter(|(_, c)| keep(c)) {
+        let keel = keel_in
+            .then(|| summarize_by(results, ci, Kind::Keel, rate).median)
+            .flatten();
+        out += &format!("| {} | {} |", c.label(), c.unit());
+        for &e in &plan.engines {
+            let s = summarize_by(results, ci, e, rate);
+            let cell = match (s.median, s.min, s.max) {
+                (Some(m), Some(lo), Some(hi)) => {
+                    let mut t = format!("{} ({}–{})", number(m, 0), number(lo, 0), number(hi, 0));
+                    if e != Kind::Keel {
+                        if let Some(k) = keel {
+                            t += &format!(" {}×", number(m / k, 2));
+                        }
+                    }
+                    if s.failed > 0 {
+                        t += &format!(" [{} failed]", s.failed);
+                    }
+                    t
+                }
+                _ => format!("failed ({}×)", s.failed),
+            };
+            out += &format!(" {cell} |");
+        }
+        out.push('\n');
+    }
+    out
 }
 
 fn render(
@@ -723,41 +789,14 @@ fn render(
         plan.r1_keys,
         plan.r1_duration
     );
-    let keel_in = plan.engines.contains(&Kind::Keel);
-    out += "| cell | unit |";
-    for &e in &plan.engines {
-        out += &format!(" {} |", e.name());
-    }
-    out += "\n|---|---|";
-    for _ in &plan.engines {
-        out += "---|";
-    }
-    out.push('\n');
-    for (ci, c) in cells.iter().enumerate() {
-        let keel = keel_in
-            .then(|| summarize(results, ci, Kind::Keel).median)
-            .flatten();
-        out += &format!("| {} | {} |", c.label(), c.unit());
-        for &e in &plan.engines {
-            let s = summarize(results, ci, e);
-            let cell = match (s.median, s.min, s.max) {
-                (Some(m), Some(lo), Some(hi)) => {
-                    let mut t = format!("{} ({}–{})", number(m, 0), number(lo, 0), number(hi, 0));
-                    if e != Kind::Keel {
-                        if let Some(k) = keel {
-                            t += &format!(" {}×", number(m / k, 2));
-                        }
-                    }
-                    if s.failed > 0 {
-                        t += &format!(" [{} failed]", s.failed);
-                    }
-                    t
-                }
-                _ => format!("failed ({}×)", s.failed),
-            };
-            out += &format!(" {cell} |");
-        }
-        out.push('\n');
+    out += &rate_table(plan, cells, results, RunResult::rate, |_| true);
+    if cells.iter().any(|c| c.workload != Workload::R1) {
+        out += "\nThe same runs to the close (commits / (the timed run + the engine's `close`), \
+                which the protocol leaves out of the timing; a store that writes its data in \
+                place at the close, as Keel's checkpoint does, pays for it there):\n\n";
+        out += &rate_table(plan, cells, results, RunResult::rate_to_close, |c| {
+            c.workload != Workload::R1
+        });
     }
     out += "\nLatency of the median run, p50 / p99 µs (w: the commit call; r1: the get):\n\n";
     out += "| cell |";

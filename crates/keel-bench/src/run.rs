@@ -196,6 +196,11 @@ fn run(a: &RunArgs) -> Result<serde_json::Value> {
             setup_ms
         ),
         "after_timing": format!("closed the store in {close_ms:.0} ms"),
+        "close_ms": round(close_ms, 1),
+        "commits_per_s_to_close": round(
+            out.ops as f64 / (out.elapsed.as_secs_f64() + close_ms / 1e3).max(f64::MIN_POSITIVE),
+            1
+        ),
     });
     out.fill_info(&mut info);
     Ok(out.to_json(a, info))

@@ -3,13 +3,17 @@
 //! A transaction of a hundred random puts into a tree of a million entries
 //! spends its time copying nodes it finds cold in memory: a leaf and a
 //! branch per put, each a few KiB read from DRAM. That work is
-//! independent below the root: changes under different children of the
-//! root copy disjoint nodes. [`TreeMut::apply`] makes the root its own,
-//! takes out each child that a change goes to, lets every thread that
-//! [`Fork`] offers apply the changes of the next child not yet taken, then
-//! puts the children back and brings them within a page, one by one, in
-//! descending order (a child split, removed or merged with its right
-//! sibling leaves the positions of the children before it as they were).
+//! independent below the root: changes under different children of a
+//! node copy disjoint nodes. [`TreeMut::apply`] makes its own the path
+//! from the root down to the highest node that more than one child of
+//! takes changes (the root, for changes spread over the tree; deeper for
+//! a checkpoint's batch of sorted keys), takes out each child there that
+//! a change goes to, lets every thread that [`Fork`] offers apply the
+//! changes of the next child not yet taken, then puts the children back
+//! and brings them within a page, one by one, in descending order (a
+//! child split, removed or merged with its right sibling leaves the
+//! positions of the children before it as they were), and the path above
+//! them on the way back up.
 //!
 //! The result is a valid tree holding the same entries as the changes
 //! applied one by one in order: changes to one key go to one child and
