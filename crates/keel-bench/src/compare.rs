@@ -684,6 +684,23 @@ fn to_json(
     })
 }
 
+/// A table's header: `first` columns, then one per engine.
+fn table_head(plan: &Plan, first: &[&str]) -> String {
+    let mut out = String::from("|");
+    for c in first {
+        out += &format!(" {c} |");
+    }
+    for &e in &plan.engines {
+        out += &format!(" {} |", e.name());
+    }
+    out += "\n|";
+    for _ in 0..first.len() + plan.engines.len() {
+        out += "---|";
+    }
+    out.push('\n');
+    out
+}
+
 /// One row per cell that `keep` keeps: each engine's median `rate` over
 /// the rounds (min–max), and its ratio to keel's.
 fn rate_table(
@@ -693,17 +710,8 @@ fn rate_table(
     rate: fn(&RunResult) -> Option<f64>,
     keep: fn(&Cell) -> bool,
 ) -> String {
-    let mut out = String::new();
     let keel_in = plan.engines.contains(&Kind::Keel);
-    out += "| cell | unit |";
-    for &e in &plan.engines {
-        out += &format!(" {} |", e.name());
-    }
-    out += "\n|---|---|";
-    for _ in &plan.engines {
-        out += "---|";
-    }
-    out.push('\n');
+    let mut out = table_head(plan, &["cell", "unit"]);
     for (ci, c) in cells.iter().enumerate().filter(|(_, c)| keep(c)) {
         let keel = keel_in
             .then(|| summarize_by(results, ci, Kind::Keel, rate).median)
@@ -799,15 +807,7 @@ fn render(
         });
     }
     out += "\nLatency of the median run, p50 / p99 µs (w: the commit call; r1: the get):\n\n";
-    out += "| cell |";
-    for &e in &plan.engines {
-        out += &format!(" {} |", e.name());
-    }
-    out += "\n|---|";
-    for _ in &plan.engines {
-        out += "---|";
-    }
-    out.push('\n');
+    out += &table_head(plan, &["cell"]);
     for (ci, c) in cells.iter().enumerate() {
         out += &format!("| {} |", c.label());
         for &e in &plan.engines {

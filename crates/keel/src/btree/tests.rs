@@ -124,14 +124,21 @@ fn an_owned_path_is_not_copied_again() {
     ));
 }
 
-#[test]
-fn a_deep_tree_is_built_and_read_back_from_disk() {
-    let mut disk = Disk::new(PS, 64 * 1024);
+/// 3,000 entries of long keys (`long_key(i)`, `value(i, 100)`): a tree
+/// whose root is three levels or more above its leaves.
+fn deep_tree(disk: &Disk) -> TreeMut {
     let mut tm = Tree::new(PS).edit();
     for i in 0..3000 {
         tm.insert(&disk.cache, &long_key(i), &value(i, 100))
             .unwrap();
     }
+    tm
+}
+
+#[test]
+fn a_deep_tree_is_built_and_read_back_from_disk() {
+    let mut disk = Disk::new(PS, 64 * 1024);
+    let tm = deep_tree(&disk);
     let t = tm.snapshot();
     let stats = check_tree(&t, &NONE).unwrap();
     assert!(stats.depth >= 3, "{stats:?}");
@@ -681,11 +688,7 @@ impl PageSource for WatchedLeaves<'_> {
 #[test]
 fn a_batch_under_one_child_of_the_root_is_shared_out_below_it() {
     let mut disk = Disk::new(PS, 64 * 1024);
-    let mut tm = Tree::new(PS).edit();
-    for i in 0..3000 {
-        tm.insert(&disk.cache, &long_key(i), &value(i, 100))
-            .unwrap();
-    }
+    let tm = deep_tree(&disk);
     let cp = disk.checkpoint(&tm.snapshot());
     let cold = disk.cold_cache(64 * 1024);
     let tree = Tree::open(PS, &cold, cp.root).unwrap();

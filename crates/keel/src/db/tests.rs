@@ -549,6 +549,18 @@ fn random_changes(
     }
 }
 
+/// `n` puts of random 8-byte keys (xorshift from `rng`) with 100-byte
+/// values into table `t`.
+fn put_random(w: &WriteTxn, rng: &mut u64, n: usize) {
+    let mut t = w.open_table("t").unwrap();
+    for _ in 0..n {
+        *rng ^= *rng << 13;
+        *rng ^= *rng >> 7;
+        *rng ^= *rng << 17;
+        t.insert(rng.to_be_bytes(), [1u8; 100]).unwrap();
+    }
+}
+
 /// Changed pages in memory are bounded: past `backpressure_dirty_bytes`,
 /// the next writer checkpoints, whatever the journal bytes; and a
 /// checkpoint starts the count afresh.
@@ -571,13 +583,7 @@ fn writers_checkpoint_when_changed_pages_reach_their_budget() {
     for _ in 0..600 {
         let w = db.begin_write().unwrap();
         peak = peak.max(db.stats().dirty_bytes);
-        let mut t = w.open_table("t").unwrap();
-        for _ in 0..20 {
-            rng ^= rng << 13;
-            rng ^= rng >> 7;
-            rng ^= rng << 17;
-            t.insert(rng.to_be_bytes(), [1u8; 100]).unwrap();
-        }
+        put_random(&w, &mut rng, 20);
         w.commit().unwrap();
     }
     let s = db.stats();
@@ -611,13 +617,7 @@ fn a_writer_past_the_budget_waits_for_the_checkpoint_under_way() {
     let mut rng = 7u64;
     let mut commit = || {
         let w = db.begin_write().unwrap();
-        let mut t = w.open_table("t").unwrap();
-        for _ in 0..20 {
-            rng ^= rng << 13;
-            rng ^= rng >> 7;
-            rng ^= rng << 17;
-            t.insert(rng.to_be_bytes(), [1u8; 100]).unwrap();
-        }
+        put_random(&w, &mut rng, 20);
         w.commit().unwrap();
     };
     // Up to the checkpoint's start, then until it is in its fold's delay.
