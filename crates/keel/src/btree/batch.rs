@@ -234,9 +234,22 @@ impl Writer<'_> {
         }
         // Every child has all its changes before any is fixed: fixing one
         // may merge it with a sibling, and then split the two again at
-        // another key than their separator.
-        for &i in changed.iter().rev() {
-            self.fix_child(b, i)?;
+        // another key than their separator. Changed leaves side by side
+        // are fixed together (packed: `Writer::fix_leaves`).
+        let leaves = b.level() == 1;
+        let mut end = changed.len();
+        while end > 0 {
+            let mut start = end - 1;
+            while leaves && start > 0 && changed[start - 1] + 1 == changed[start] {
+                start -= 1;
+            }
+            let (lo, hi) = (changed[start], changed[end - 1]);
+            if hi > lo {
+                self.fix_leaves(b, lo, hi)?;
+            } else {
+                self.fix_child(b, lo)?;
+            }
+            end = start;
         }
         Ok(())
     }

@@ -397,6 +397,12 @@ impl Node {
         self.keep_cached.load(Ordering::Relaxed)
     }
 
+    /// Mark the node to be kept cached when written, or not (see
+    /// [`Node::keep_cached`]).
+    pub(crate) fn set_kept(&self, keep: bool) {
+        self.keep_cached.store(keep, Ordering::Relaxed);
+    }
+
     /// The same node, to be kept cached when written if `keep` (see
     /// [`Node::keep_cached`]).
     pub(crate) fn kept_if(self, keep: bool) -> Node {

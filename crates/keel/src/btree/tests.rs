@@ -725,3 +725,44 @@ fn a_batch_under_one_child_of_the_root_is_shared_out_below_it() {
         assert_eq!(get(&t, &cold, &long_key(i)).unwrap(), want, "key {i}");
     }
 }
+
+/// Folds of random keys, as checkpoints make them (sorted batches of
+/// 4,096): the leaves each one changed side by side are packed to about
+/// seven eighths of a page, not left split in halves. The leaves end
+/// more than 3/4 full on average (86 % here); split on their own, 58 %
+/// (10M keys in a store) and here 69 %.
+#[test]
+fn folds_pack_the_leaves_they_change() {
+    use rand::{Rng, SeedableRng};
+    let mut rng = rand::rngs::SmallRng::seed_from_u64(5);
+    let disk = Disk::new(PS, 1 << 20);
+    let value = [7u8; 100];
+    let mut tree = Tree::new(PS);
+    let mut keys = 0u64;
+    for _ in 0..8 {
+        let mut batch: Vec<[u8; 16]> = (0..40_000).map(|_| rng.random()).collect();
+        batch.sort_unstable();
+        batch.dedup();
+        keys += batch.len() as u64;
+        let changes: Vec<Change<'_>> = batch
+            .iter()
+            .map(|k| Change::Put {
+                key: k,
+                value: &value,
+                shared: None,
+            })
+            .collect();
+        let mut tm = tree.edit();
+        for part in changes.chunks(4096) {
+            tm.apply(&disk.cache, part, None).unwrap();
+        }
+        tree = tm.finish().0;
+    }
+    let stats = check_tree(&tree, &disk.cache).unwrap();
+    assert_eq!(stats.entries, keys);
+    // A cell: key length, kind, value length, key, value.
+    let cell = 2 + 1 + 2 + 16 + value.len();
+    let fill = (stats.entries as usize * cell) as f64
+        / (stats.leaves as usize * (PS.bytes() - page::PAGE_HEADER_BYTES)) as f64;
+    assert!(fill > 0.75, "leaves {:.0} % full on average", fill * 100.0);
+}
