@@ -109,12 +109,13 @@ impl Writer<'_> {
                 cached && start < to && end > from
             })
         };
-        let cuts = match packed_cuts(&cells, page) {
-            Some(cuts) if l.encoded_bytes() > page => cuts,
-            _ => {
-                first.set_kept(kept(0, cells.len()));
-                return self.fix_child(branch, lo);
-            }
+        // Within a page, or cells too large to pack: fixed as one leaf.
+        let cuts = (l.encoded_bytes() > page)
+            .then(|| packed_cuts(&cells, page))
+            .flatten();
+        let Some(cuts) = cuts else {
+            first.set_kept(kept(0, cells.len()));
+            return self.fix_child(branch, lo);
         };
         let mut pieces = Vec::with_capacity(cuts.len());
         let mut end = cells.len();

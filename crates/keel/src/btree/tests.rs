@@ -600,6 +600,39 @@ fn pages_in_memory(node: &Arc<Node>, out: &mut BTreeSet<PageNo>) {
     }
 }
 
+/// `n` random keys of `N` bytes, sorted, each once (as a checkpoint's
+/// fold gives them).
+fn sorted_random<const N: usize>(rng: &mut rand::rngs::SmallRng, n: usize) -> Vec<[u8; N]> {
+    use rand::Rng;
+    let mut keys: Vec<[u8; N]> = (0..n).map(|_| rng.random()).collect();
+    keys.sort_unstable();
+    keys.dedup();
+    keys
+}
+
+/// `tree` with `keys` (sorted) put, each with `value`, in batches of
+/// 4,096 on one thread, as `Layer::fold_into` folds a memtable.
+fn fold_sorted<const N: usize>(
+    tree: &Tree,
+    src: &dyn PageSource,
+    keys: &[[u8; N]],
+    value: &[u8],
+) -> Tree {
+    let changes: Vec<Change<'_>> = keys
+        .iter()
+        .map(|k| Change::Put {
+            key: k,
+            value,
+            shared: None,
+        })
+        .collect();
+    let mut tm = tree.edit();
+    for batch in changes.chunks(4096) {
+        tm.apply(src, batch, None).unwrap();
+    }
+    tm.finish().0
+}
+
 /// The cost of a checkpoint's fold in the store's benchmark shape: a tree
 /// of 500,000 random 12-byte keys with 100-byte values, checkpointed (on
 /// disk, in a 256 MiB cache), then 500,000 more sorted random puts applied
@@ -611,34 +644,16 @@ fn pages_in_memory(node: &Arc<Node>, out: &mut BTreeSet<PageNo>) {
 #[test]
 #[ignore = "a measurement, not a check"]
 fn measure_fold() {
-    use rand::{Rng, SeedableRng};
+    use rand::SeedableRng;
     use std::time::Instant;
     let mut rng = rand::rngs::SmallRng::seed_from_u64(3);
     let mut disk = Disk::new(PS, 256 << 20);
-    let sorted = |rng: &mut rand::rngs::SmallRng, n: usize| {
-        let mut keys: Vec<[u8; 12]> = (0..n).map(|_| rng.random()).collect();
-        keys.sort_unstable();
-        keys.dedup();
-        keys
-    };
     let value = [7u8; 100];
     let mut tree = Tree::new(PS);
     for round in 0..3 {
-        let keys = sorted(&mut rng, 500_000);
-        let changes: Vec<Change<'_>> = keys
-            .iter()
-            .map(|k| Change::Put {
-                key: k,
-                value: &value,
-                shared: None,
-            })
-            .collect();
+        let keys = sorted_random::<12>(&mut rng, 500_000);
         let t = Instant::now();
-        let mut tm = tree.edit();
-        for batch in changes.chunks(4096) {
-            tm.apply(&disk.cache, batch, None).unwrap();
-        }
-        tree = tm.finish().0;
+        tree = fold_sorted(&tree, &disk.cache, &keys, &value);
         let fold = t.elapsed();
         let t = Instant::now();
         disk.checkpoint(&tree);
@@ -733,30 +748,16 @@ fn a_batch_under_one_child_of_the_root_is_shared_out_below_it() {
 /// (10M keys in a store) and here 69 %.
 #[test]
 fn folds_pack_the_leaves_they_change() {
-    use rand::{Rng, SeedableRng};
+    use rand::SeedableRng;
     let mut rng = rand::rngs::SmallRng::seed_from_u64(5);
     let disk = Disk::new(PS, 1 << 20);
     let value = [7u8; 100];
     let mut tree = Tree::new(PS);
     let mut keys = 0u64;
     for _ in 0..8 {
-        let mut batch: Vec<[u8; 16]> = (0..40_000).map(|_| rng.random()).collect();
-        batch.sort_unstable();
-        batch.dedup();
+        let batch = sorted_random::<16>(&mut rng, 40_000);
         keys += batch.len() as u64;
-        let changes: Vec<Change<'_>> = batch
-            .iter()
-            .map(|k| Change::Put {
-                key: k,
-                value: &value,
-                shared: None,
-            })
-            .collect();
-        let mut tm = tree.edit();
-        for part in changes.chunks(4096) {
-            tm.apply(&disk.cache, part, None).unwrap();
-        }
-        tree = tm.finish().0;
+        tree = fold_sorted(&tree, &disk.cache, &batch, &value);
     }
     let stats = check_tree(&tree, &disk.cache).unwrap();
     assert_eq!(stats.entries, keys);
